@@ -1,0 +1,44 @@
+"""Algorithm registry: each algorithm is a config dataclass plus node programs, registered by name.
+
+An algorithm module defines ``Config`` (a dataclass; an optional ``validate(self, cfg)`` refuses impossible
+values with ``UserError``) and a ``nodes(cfg)`` function returning ``[(role, program), ...]``: the node
+programs of one run, in rank order. Nodes with role ``"worker"`` are the devices of the heterogeneity profile,
+in order. Programs talk to ``edgeml.runtime.base.Node`` only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from edgeml.errors import UserError
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    name: str
+    summary: str
+    config: type
+    nodes: Callable[[object], list[tuple[str, Callable]]]
+    paper: str = ""
+
+
+REGISTRY: dict[str, AlgorithmSpec] = {}
+ALIASES: dict[str, str] = {}
+
+
+def register(spec: AlgorithmSpec, *aliases: str) -> AlgorithmSpec:
+    REGISTRY[spec.name] = spec
+    for a in aliases:
+        ALIASES[a] = spec.name
+    return spec
+
+
+def get_algorithm(name: str) -> AlgorithmSpec:
+    key = ALIASES.get(name.lower(), name.lower())
+    if key not in REGISTRY:
+        raise UserError(f"unknown algorithm {name!r}: choose one of {', '.join(sorted(REGISTRY))} (see edgeml list)")
+    return REGISTRY[key]
+
+
+from edgeml.algorithms import ps  # noqa: E402,F401  (registers bsp, ssp, asp)

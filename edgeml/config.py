@@ -1,0 +1,327 @@
+"""Typed, strict run configuration.
+
+A run is described by one ``Config``: a few common sections (``run``, ``data``, ``model``, ``cluster``,
+``network``, ``stop``, ``eval``) plus one section named after the algorithm holding that algorithm's own
+dataclass (``[ssp] staleness = 3``). Every field is reachable from a TOML file (``--config``) and from
+``--set section.key=value``; unknown keys and impossible values raise ``UserError`` naming the key and the
+allowed values. The resolved config is written into every run directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from edgeml.errors import UserError
+
+
+@dataclass
+class RunSection:
+    algorithm: str = "bsp"
+    """Registered algorithm name (``edgeml list``)."""
+    backend: Literal["procs", "sim"] = "procs"
+    """``procs``: one OS process per node over torch.distributed; ``sim``: virtual clock in one process."""
+    device: Literal["cpu", "cuda"] = "cpu"
+    """Where workers compute (``procs``); several workers may share one GPU."""
+    seed: int = 0
+    out: str = "runs"
+    """Parent directory of run directories."""
+    name: str = ""
+    """Run directory name; empty means ``<algorithm>-<dataset>-w<workers>-s<seed>-<timestamp>``."""
+    threads: int = 1
+    """torch threads per worker process (one per process keeps many workers from oversubscribing cores)."""
+
+
+@dataclass
+class DataSection:
+    dataset: str = "digits"
+    root: str = ""
+    """Local directory holding the dataset's original files (read before any default location)."""
+    download: bool = False
+    """Fetch through torchvision when the files are absent (never done implicitly)."""
+    partition: Literal["iid", "shards", "dirichlet"] = "iid"
+    alpha: float = 0.5
+    """Dirichlet concentration for ``partition = "dirichlet"``."""
+    shards_per_worker: int = 2
+    batch_size: int = 32
+
+
+@dataclass
+class ModelSection:
+    name: str = ""
+    """Registered model name; empty picks the dataset's default (``mlp`` for tabular/8x8, ``lenet5`` otherwise)."""
+
+
+@dataclass
+class ClusterSection:
+    workers: int = 4
+    hetero: str = "homogeneous"
+    """Speed profile: ``homogeneous``, ratios of step times ``1:1:3``, ``H=3.2`` (target degree, adsp.txt
+    Sec. 5.2), ``ec2`` (ADSP's 18-worker mix), ``adacomp-3class``, ``cpu-gpu`` (ESync's mix)."""
+    base_step_s: float = 0.0
+    """Step time of the fastest device. 0: calibrated on the host (procs) or 0.01 s (sim)."""
+    throttle: bool = True
+    """procs: sleep each step up to its emulated duration; off measures raw speed (benchmarks)."""
+    slowdowns: list[dict] = field(default_factory=list)
+    """Time-varying slowdowns: ``[{worker = 0, start = 10.0, end = 20.0, factor = 3.0}]``."""
+    crashes: list[dict] = field(default_factory=list)
+    """Fail-stop schedule: ``[{worker = 1, time = 5.0}]``."""
+    crash_prob: float = 0.0
+    """Probability that a worker fails (stops) right after each message it sends (a push)."""
+
+
+@dataclass
+class NetworkSection:
+    latency_s: float = 0.0
+    """One-way latency of each worker's access link."""
+    up_mbps: float = 0.0
+    """Worker upload bandwidth in Mb/s (0: unlimited)."""
+    down_mbps: float = 0.0
+    """Worker download bandwidth in Mb/s (0: unlimited)."""
+    commit_delay_s: float = 0.0
+    """Extra delay added to every message a worker sends (adsp.txt Fig. 6)."""
+    links: list[dict] = field(default_factory=list)
+    """Per-worker overrides: ``[{worker = 2, latency_s = 0.05, up_mbps = 10, down_mbps = 100}]``."""
+
+
+@dataclass
+class StopSection:
+    max_time: float = 20.0
+    """Seconds on the run's clock (wall clock in procs, virtual in sim); 0 disables."""
+    max_steps: int = 0
+    """Total training steps over all workers; 0 disables."""
+    target_accuracy: float = 0.0
+    """Stop once test accuracy reaches this; 0 disables."""
+    target_loss: float = 0.0
+    """Stop once test loss falls to this; 0 disables."""
+    loss_variance: float = 0.0
+    """ADSP's rule (adsp.txt Sec. 5.2): stop once the variance of the last ``window`` losses is below this."""
+    window: int = 10
+
+
+@dataclass
+class EvalSection:
+    interval: float = 1.0
+    """Evaluate the global model every this many seconds on the run's clock."""
+    test_samples: int = 2000
+    """Evaluate on this many test samples (a fixed subset; 0 = all)."""
+
+
+COMMON_SECTIONS: dict[str, type] = {
+    "run": RunSection,
+    "data": DataSection,
+    "model": ModelSection,
+    "cluster": ClusterSection,
+    "network": NetworkSection,
+    "stop": StopSection,
+    "eval": EvalSection,
+}
+
+
+@dataclass
+class Config:
+    run: RunSection = field(default_factory=RunSection)
+    data: DataSection = field(default_factory=DataSection)
+    model: ModelSection = field(default_factory=ModelSection)
+    cluster: ClusterSection = field(default_factory=ClusterSection)
+    network: NetworkSection = field(default_factory=NetworkSection)
+    stop: StopSection = field(default_factory=StopSection)
+    eval: EvalSection = field(default_factory=EvalSection)
+    algo: Any = None
+    """The algorithm's own config dataclass, written as the section named after the algorithm."""
+
+    def to_dict(self) -> dict[str, dict]:
+        out = {name: dataclasses.asdict(getattr(self, name)) for name in COMMON_SECTIONS}
+        out[self.run.algorithm] = dataclasses.asdict(self.algo) if self.algo is not None else {}
+        return out
+
+
+# --------------------------------------------------------------------------------------------- parsing
+
+
+def _check_value(where: str, tp: Any, value: Any) -> Any:
+    """Coerce ``value`` to the annotated type ``tp`` or raise a one-line UserError."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+        if value not in allowed:
+            raise UserError(f"{where} = {value!r} is not allowed: choose one of {', '.join(map(str, allowed))}")
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise UserError(f"{where} = {value!r} is not a boolean: use true or false")
+    if tp is int:
+        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
+            raise UserError(f"{where} = {value!r} is not a whole number")
+        return int(value)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UserError(f"{where} = {value!r} is not a number")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, (str, int, float)):
+            raise UserError(f"{where} = {value!r} is not a string")
+        return str(value)
+    if origin is list:
+        if not isinstance(value, list):
+            raise UserError(f"{where} = {value!r} is not a list: write it as [..] in TOML")
+        return value
+    return value
+
+
+def _types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def update_section(obj: Any, section: str, values: dict[str, Any]) -> None:
+    """Set fields of dataclass ``obj`` from ``values``, refusing unknown keys and mistyped values."""
+    hints = _types(type(obj))
+    for key, value in values.items():
+        if key not in hints:
+            known = ", ".join(sorted(hints)) or "(none)"
+            raise UserError(f"unknown config key '{section}.{key}': known keys in [{section}] are {known}")
+        setattr(obj, key, _check_value(f"{section}.{key}", hints[key], value))
+
+
+def parse_set_value(raw: str) -> Any:
+    """Parse the value of ``--set key=value`` as a TOML literal, falling back to a bare string."""
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
+    """``["ssp.staleness=3", "stop.max_time=5"]`` -> ``{"ssp": {"staleness": 3}, "stop": {"max_time": 5}}``."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        section, dot, name = key.strip().partition(".")
+        if not sep or not dot or not section or not name:
+            raise UserError(f"--set {item!r} is malformed: write --set section.key=value, e.g. --set stop.max_time=30")
+        out.setdefault(section, {})[name] = parse_set_value(raw.strip())
+    return out
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"config file {str(p)!r} does not exist: pass the path of a TOML file")
+    try:
+        return tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"config file {str(p)!r} is not valid TOML ({exc}): fix the syntax") from None
+
+
+def merge(*layers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Merge section dicts; later layers win key by key."""
+    out: dict[str, dict[str, Any]] = {}
+    for layer in layers:
+        for section, values in layer.items():
+            if not isinstance(values, dict):
+                raise UserError(f"config entry {section!r} must be a [section] table, e.g. [{section}] key = value")
+            out.setdefault(section, {}).update(values)
+    return out
+
+
+def build_config(layers: dict[str, dict[str, Any]]) -> Config:
+    """Build and validate a Config from merged section dicts."""
+    from edgeml.algorithms import get_algorithm
+
+    cfg = Config()
+    algorithm = layers.get("run", {}).get("algorithm", cfg.run.algorithm)
+    spec = get_algorithm(str(algorithm))
+    cfg.algo = spec.config()
+    for section, values in layers.items():
+        if section in COMMON_SECTIONS:
+            update_section(getattr(cfg, section), section, values)
+        elif section == spec.name:
+            update_section(cfg.algo, section, values)
+        else:
+            raise UserError(
+                f"unknown config section [{section}]: use one of {', '.join(COMMON_SECTIONS)} "
+                f"or [{spec.name}] for the algorithm's own settings"
+            )
+    validate(cfg)
+    return cfg
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None,
+                base: dict[str, dict[str, Any]] | None = None) -> Config:
+    """Defaults <- ``base`` <- TOML file <- ``--set`` overrides."""
+    layers = [base or {}]
+    if path:
+        layers.append(read_toml(path))
+    layers.append(parse_overrides(overrides or []))
+    return build_config(merge(*layers))
+
+
+def _positive(where: str, value: float, allow_zero: bool = False) -> None:
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise UserError(f"{where} = {value} is impossible: it must be {bound}")
+
+
+def validate(cfg: Config) -> None:
+    """Refuse impossible values with a message naming the key and the allowed range."""
+    from edgeml import hetero
+
+    if cfg.cluster.workers < 1:
+        raise UserError(f"cluster.workers = {cfg.cluster.workers}: at least 1 worker is needed (--workers 1 or more)")
+    _positive("data.batch_size", cfg.data.batch_size)
+    _positive("data.alpha", cfg.data.alpha)
+    _positive("data.shards_per_worker", cfg.data.shards_per_worker)
+    _positive("cluster.base_step_s", cfg.cluster.base_step_s, allow_zero=True)
+    if not 0 <= cfg.cluster.crash_prob <= 1:
+        raise UserError(f"cluster.crash_prob = {cfg.cluster.crash_prob}: a probability must lie in [0, 1]")
+    for key in ("latency_s", "up_mbps", "down_mbps", "commit_delay_s"):
+        _positive(f"network.{key}", getattr(cfg.network, key), allow_zero=True)
+    for key in ("max_time", "target_accuracy", "target_loss", "loss_variance"):
+        _positive(f"stop.{key}", getattr(cfg.stop, key), allow_zero=True)
+    _positive("stop.max_steps", cfg.stop.max_steps, allow_zero=True)
+    _positive("stop.window", cfg.stop.window)
+    _positive("eval.interval", cfg.eval.interval)
+    _positive("eval.test_samples", cfg.eval.test_samples, allow_zero=True)
+    _positive("run.threads", cfg.run.threads)
+    if cfg.stop.max_time == 0 and cfg.stop.max_steps == 0 and cfg.stop.target_accuracy == 0 \
+            and cfg.stop.target_loss == 0 and cfg.stop.loss_variance == 0:
+        raise UserError("no stopping rule: set stop.max_time, stop.max_steps, a target or stop.loss_variance")
+    if cfg.stop.target_accuracy > 1:
+        raise UserError(f"stop.target_accuracy = {cfg.stop.target_accuracy}: accuracy is a fraction in (0, 1]")
+    hetero.build_cluster(cfg)  # parses profile, slowdowns, crashes and links; raises UserError on bad input
+    if cfg.algo is not None and hasattr(cfg.algo, "validate"):
+        cfg.algo.validate(cfg)
+
+
+def describe_fields(cls: type) -> list[tuple[str, str, Any, str]]:
+    """(name, type, default, doc) of a config dataclass, for ``edgeml list`` and docs."""
+    import ast
+    import inspect
+
+    docs: dict[str, str] = {}
+    try:
+        tree = ast.parse(inspect.getsource(cls))
+        body = tree.body[0].body  # type: ignore[attr-defined]
+        for node, nxt in zip(body, body[1:]):
+            if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+                docs[node.target.id] = " ".join(str(nxt.value.value).split())  # type: ignore[union-attr]
+    except (OSError, TypeError, IndexError):
+        pass
+    hints = _types(cls)
+    rows = []
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        rows.append((f.name, getattr(hints[f.name], "__name__", str(hints[f.name])), default, docs.get(f.name, "")))
+    return rows

@@ -1,0 +1,334 @@
+"""Datasets and their partitioning across workers.
+
+Every dataset comes back as in-memory float32 tensors: edge experiments use small data sets, and holding them in
+memory keeps each simulated worker's batches cheap and the runs reproducible. Two data sets ship with
+scikit-learn and always work offline; MNIST, Fashion-MNIST and CIFAR-10 are read from their original files with
+small readers here, so no network access is needed once the files are on disk.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from edgeml.errors import UserError
+
+DATASETS: dict[str, str] = {
+    "digits": "8x8 handwritten digits, 1797 images, 10 classes (bundled with scikit-learn)",
+    "breast-cancer": "Wisconsin breast cancer, 569 samples x 30 features, 2 classes (bundled with scikit-learn)",
+    "fashion-mnist": "Fashion-MNIST 28x28 grayscale clothing, 60k/10k, 10 classes (IDX files)",
+    "mnist": "MNIST 28x28 grayscale digits, 60k/10k, 10 classes (IDX files)",
+    "cifar10": "CIFAR-10 32x32 colour images, 50k/10k, 10 classes (python pickle batches)",
+}
+
+PARTITIONS: tuple[str, ...] = ("iid", "shards", "dirichlet")
+
+# Published per-channel statistics, so a data set normalizes the same way however many files are present.
+_NORMALIZATION: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
+    "mnist": ((0.1307,), (0.3081,)),
+    "fashion-mnist": ((0.2860,), (0.3530,)),
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+}
+# Folder names torchvision uses, so files it downloaded are found without moving them.
+_TORCHVISION_NAME = {"mnist": "MNIST", "fashion-mnist": "FashionMNIST", "cifar10": "CIFAR10"}
+_IDX_FILES = {
+    "train_x": "train-images-idx3-ubyte",
+    "train_y": "train-labels-idx1-ubyte",
+    "test_x": "t10k-images-idx3-ubyte",
+    "test_y": "t10k-labels-idx1-ubyte",
+}
+_CIFAR_DIR = "cifar-10-batches-py"
+_CIFAR_FILES = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+# Installed by `apt-get install dataset-fashion-mnist` on Debian/Ubuntu.
+_DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
+_DIRICHLET_TRIES = 100
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A train/test split held in memory, already normalized and ready to batch."""
+
+    name: str
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    num_classes: int
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """Shape of one sample, which models use to size their first layer."""
+        return tuple(self.x_train.shape[1:])
+
+
+def load_dataset(name: str, root: str | Path | None = None, download: bool = False) -> Dataset:
+    """Load a data set by name, searching local folders first and downloading only when asked."""
+    if name not in DATASETS:
+        raise UserError(f"unknown dataset '{name}': choose one of {', '.join(DATASETS)}")
+    if name in ("digits", "breast-cancer"):
+        return _load_sklearn(name)
+    found = _find(name, root)
+    if found is None and download:
+        _download(name, root)
+        found = _find(name, root)
+    if found is None:
+        searched = ", ".join(str(p) for p in _search_bases(name, root))
+        raise UserError(
+            f"dataset '{name}' not found under {searched}: "
+            "pass --data-root DIR holding the original files, or add --download"
+        )
+    if name == "cifar10":
+        x_train, y_train, x_test, y_test = _read_cifar(found)
+    else:
+        x_train, y_train, x_test, y_test = _read_idx_set(found)
+    mean, std = _NORMALIZATION[name]
+    return Dataset(
+        name=name,
+        x_train=_normalize_images(x_train, mean, std),
+        y_train=torch.from_numpy(y_train.astype(np.int64)),
+        x_test=_normalize_images(x_test, mean, std),
+        y_test=torch.from_numpy(y_test.astype(np.int64)),
+        num_classes=10,
+    )
+
+
+def _load_sklearn(name: str) -> Dataset:
+    """Load a scikit-learn bundled data set with a fixed stratified 80/20 split, so runs are comparable."""
+    from sklearn.datasets import load_breast_cancer, load_digits
+    from sklearn.model_selection import train_test_split
+
+    bunch = load_digits() if name == "digits" else load_breast_cancer()
+    x, y = bunch.data.astype(np.float32), bunch.target.astype(np.int64)
+    x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=0.2, random_state=0, stratify=y)
+    if name == "digits":
+        # Pixels are 0..16; scale to [0,1] and use one train-set mean/std as for the other image sets.
+        x_tr, x_te = x_tr.reshape(-1, 1, 8, 8) / 16.0, x_te.reshape(-1, 1, 8, 8) / 16.0
+        mean, std = x_tr.mean(), x_tr.std()
+    else:
+        # Features differ in scale by orders of magnitude; standardize with train statistics only.
+        mean, std = x_tr.mean(axis=0), x_tr.std(axis=0)
+        std = np.where(std > 0, std, 1.0)
+    return Dataset(
+        name=name,
+        x_train=torch.from_numpy(((x_tr - mean) / std).astype(np.float32)),
+        y_train=torch.from_numpy(y_tr),
+        x_test=torch.from_numpy(((x_te - mean) / std).astype(np.float32)),
+        y_test=torch.from_numpy(y_te),
+        num_classes=int(y.max()) + 1,
+    )
+
+
+def _normalize_images(images: np.ndarray, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
+    """uint8 [N,C,H,W] -> float32 scaled to [0,1] then normalized per channel."""
+    x = torch.from_numpy(images).float().div_(255.0)
+    m = torch.tensor(mean).view(1, -1, 1, 1)
+    s = torch.tensor(std).view(1, -1, 1, 1)
+    return x.sub_(m).div_(s)
+
+
+def _search_bases(name: str, root: str | Path | None) -> list[Path]:
+    """Base folders in priority order: explicit root, $EDGEML_DATA, the user cache, then system packages."""
+    bases = [Path(root).expanduser()] if root is not None else []
+    if os.environ.get("EDGEML_DATA"):
+        bases.append(Path(os.environ["EDGEML_DATA"]).expanduser())
+    bases.append(_cache_dir(name))
+    if name == "fashion-mnist":
+        bases.append(_DEBIAN_FASHION_MNIST)
+    return bases
+
+
+def _cache_dir(name: str) -> Path:
+    return Path.home() / ".cache" / "edgeml" / name
+
+
+def _candidate_dirs(name: str, base: Path) -> list[Path]:
+    """Layouts accepted under a base folder: flat, torchvision's, and one sub-folder per data set."""
+    if name == "cifar10":
+        return [base / _CIFAR_DIR, base, base / name / _CIFAR_DIR]
+    return [base, base / _TORCHVISION_NAME[name] / "raw", base / name]
+
+
+def _find(name: str, root: str | Path | None) -> Path | None:
+    """First folder that holds every file of the data set, or None."""
+    for base in _search_bases(name, root):
+        for folder in _candidate_dirs(name, base):
+            if name == "cifar10":
+                if all((folder / f).is_file() for f in _CIFAR_FILES):
+                    return folder
+            elif all(_idx_path(folder, f) is not None for f in _IDX_FILES.values()):
+                return folder
+    return None
+
+
+def _download(name: str, root: str | Path | None) -> None:
+    """Fetch the original files through torchvision; reading stays with the readers here."""
+    import torchvision.datasets as tvd
+
+    target = Path(root).expanduser() if root is not None else _cache_dir(name)
+    cls = {"mnist": tvd.MNIST, "fashion-mnist": tvd.FashionMNIST, "cifar10": tvd.CIFAR10}[name]
+    try:
+        for train in (True, False):
+            cls(root=str(target), train=train, download=True)
+    except Exception as exc:  # network and archive errors come in many types; all mean the same to the user
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UserError(
+            f"downloading dataset '{name}' into {target} failed ({reason}): "
+            "check the network, or pass --data-root DIR holding the original files"
+        ) from exc
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# IDX (MNIST-family) files
+
+
+def _idx_path(folder: Path, stem: str) -> Path | None:
+    for candidate in (folder / stem, folder / f"{stem}.gz"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _read_idx(path: Path, expected_ndim: int) -> np.ndarray:
+    """Read one uint8 IDX file (gzipped or raw): 2 zero bytes, type 0x08, ndim, big-endian dims, data."""
+    try:
+        raw = path.read_bytes()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+    except (OSError, EOFError) as exc:
+        raise UserError(f"cannot read {path} ({exc}): replace it with the original file") from exc
+    if len(raw) < 4 or raw[:3] != b"\x00\x00\x08" or raw[3] != expected_ndim:
+        raise UserError(
+            f"{path} is not a uint8 IDX file with {expected_ndim} dimensions (bad magic number): "
+            "replace it with the original file"
+        )
+    header = 4 + 4 * expected_ndim
+    dims = tuple(int(d) for d in np.frombuffer(raw[4:header], dtype=">u4")) if len(raw) >= header else ()
+    if len(dims) != expected_ndim or len(raw) - header != int(np.prod(dims)):
+        raise UserError(f"{path} is truncated or has extra bytes: replace it with the original file")
+    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims).copy()  # writable, as torch wants
+
+
+def _read_idx_set(folder: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Read the four IDX files of a folder into images [N,1,H,W] and labels [N]."""
+    arrays = []
+    for split in ("train", "test"):
+        x_path = _idx_path(folder, _IDX_FILES[f"{split}_x"])
+        y_path = _idx_path(folder, _IDX_FILES[f"{split}_y"])
+        assert x_path is not None and y_path is not None  # _find checked they exist
+        x, y = _read_idx(x_path, 3), _read_idx(y_path, 1)
+        _check_pair(x_path, len(x), y_path, y)
+        arrays += [x[:, None, :, :], y]
+    return arrays[0], arrays[1], arrays[2], arrays[3]
+
+
+def _check_pair(x_path: Path, n: int, y_path: Path, y: np.ndarray) -> None:
+    if len(y) != n:
+        raise UserError(f"{x_path} has {n} images but {y_path} has {len(y)} labels: use files from one release")
+    if len(y) and int(y.max()) >= 10:
+        raise UserError(f"{y_path} has label {int(y.max())} outside 0..9: replace it with the original file")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# CIFAR-10 python batches
+
+
+def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Read one CIFAR-10 pickle batch. Pickle can run code, so only point this at files you trust."""
+    try:
+        with path.open("rb") as f:
+            batch = pickle.load(f, encoding="bytes")
+        data = np.asarray(batch[b"data"], dtype=np.uint8)
+        labels = np.asarray(batch[b"labels"], dtype=np.int64)
+    except Exception as exc:  # unpickling a damaged file can fail with almost any exception type
+        raise UserError(
+            f"{path} is not a CIFAR-10 python batch ({type(exc).__name__}): replace it with the original file"
+        ) from exc
+    if data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
+        raise UserError(
+            f"{path} has data of shape {data.shape}, expected [N, 3072]: replace it with the original file"
+        )
+    _check_pair(path, len(data), path, labels)
+    return data.reshape(-1, 3, 32, 32), labels
+
+
+def _read_cifar(folder: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    train = [_read_cifar_batch(folder / f) for f in _CIFAR_FILES[:-1]]
+    x_test, y_test = _read_cifar_batch(folder / _CIFAR_FILES[-1])
+    return np.concatenate([x for x, _ in train]), np.concatenate([y for _, y in train]), x_test, y_test
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Partitioning
+
+
+def partition(
+    labels: torch.Tensor,
+    num_parts: int,
+    scheme: str = "iid",
+    *,
+    seed: int = 0,
+    alpha: float = 0.5,
+    shards_per_part: int = 2,
+) -> list[torch.Tensor]:
+    """Split sample indices across workers: disjoint, sorted index tensors, reproducible for a seed.
+
+    ``iid`` gives every worker the same label mix; ``shards`` (McMahan et al.) gives each worker a few label-sorted
+    shards, so only a few classes; ``dirichlet`` draws each class's split over workers from Dir(alpha), where a
+    small alpha means strongly skewed workers.
+    """
+    if scheme not in PARTITIONS:
+        raise UserError(f"unknown partition scheme '{scheme}': choose one of {', '.join(PARTITIONS)}")
+    y = labels.detach().cpu().numpy().reshape(-1)
+    n = len(y)
+    if num_parts < 1:
+        raise UserError(f"{num_parts} workers requested: use at least 1 worker")
+    if num_parts > n:
+        raise UserError(f"{num_parts} workers but only {n} training samples: use fewer workers")
+    rng = np.random.default_rng(seed)
+    if scheme == "iid":
+        parts = np.array_split(rng.permutation(n), num_parts)
+    elif scheme == "shards":
+        parts = _shards(y, num_parts, shards_per_part, rng)
+    else:
+        parts = _dirichlet(y, num_parts, alpha, rng)
+    return [torch.from_numpy(np.sort(p).astype(np.int64)) for p in parts]
+
+
+def _shards(y: np.ndarray, num_parts: int, shards_per_part: int, rng: np.random.Generator) -> list[np.ndarray]:
+    num_shards = num_parts * shards_per_part
+    if shards_per_part < 1 or num_shards > len(y):
+        raise UserError(
+            f"{num_parts} workers x {shards_per_part} shards each needs at least {max(num_shards, 1)} samples "
+            f"and >= 1 shard per worker, got {len(y)} samples: use fewer workers or shards per worker"
+        )
+    # Shuffle before the stable sort so ties within a class land in random shards.
+    perm = rng.permutation(len(y))
+    order = perm[np.argsort(y[perm], kind="stable")]
+    shards = np.array_split(order, num_shards)
+    owners = rng.permutation(num_shards).reshape(num_parts, shards_per_part)
+    return [np.concatenate([shards[s] for s in row]) for row in owners]
+
+
+def _dirichlet(y: np.ndarray, num_parts: int, alpha: float, rng: np.random.Generator) -> list[np.ndarray]:
+    if not alpha > 0:
+        raise UserError(f"dirichlet alpha must be > 0, got {alpha}: pass a positive alpha such as 0.5")
+    for _ in range(_DIRICHLET_TRIES):
+        parts: list[list[np.ndarray]] = [[] for _ in range(num_parts)]
+        for c in np.unique(y):
+            idx = rng.permutation(np.flatnonzero(y == c))
+            cuts = (np.cumsum(rng.dirichlet([alpha] * num_parts)) * len(idx)).astype(int)[:-1]
+            for part, chunk in zip(parts, np.split(idx, cuts)):
+                part.append(chunk)
+        merged = [np.concatenate(p) for p in parts]
+        if all(len(p) > 0 for p in merged):
+            return merged
+    raise UserError(
+        f"dirichlet partition with alpha={alpha} left a worker without samples in {_DIRICHLET_TRIES} draws: "
+        "raise alpha or use fewer workers"
+    )

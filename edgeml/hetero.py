@@ -1,0 +1,201 @@
+"""Device and network model: who is how fast, when, and what a message costs.
+
+Speeds are *step-time factors* relative to the fastest device (factor 1). Both backends consult the same
+``Cluster``: ``sim`` turns factors into virtual step durations, ``procs`` sleeps each step up to
+``base_step_s * factor`` (throttling). A message from node a to node b takes
+
+    latency(a) + latency(b) + bytes / min(up(a), down(b)) + commit_delay (when a is a worker)
+
+where each node has one access link; servers (PS, scheduler, state server) default to an ideal link, as the
+papers put them in a datacenter. A sender's uplink transmits one message at a time (messages queue).
+
+Named profiles (``cluster.hetero``):
+- ``homogeneous``; explicit step-time ratios ``1:1:3`` (adsp.txt Sec. 2.3, one entry per worker);
+- ``H=3.2``: heterogeneity degree H = mean(v)/min(v) of speeds v (adsp.txt Sec. 5.2). Speeds are spread
+  evenly over [1, 2H - 1], whose mean is H (the paper does not say how it spread them);
+- ``ec2``: ADSP's 18-worker EC2 mix (7 t2.large, 5 t2.xlarge, 4 t2.2xlarge, 2 t3.xlarge; adsp.txt Sec. 5.1),
+  scaled to any worker count by keeping the proportions. Relative speeds 1, 1.8, 3.2, 2.0 are our estimate
+  of CNN training throughput on 2, 4, 8 and 4 vCPUs (the paper gives none);
+- ``adacomp-3class``: 30% fast, 40% ten times slower, 30% a hundred times slower (adacomp.txt Sec. V);
+- ``cpu-gpu``: ESync's mix (esync.txt Sec. 5): a third of devices are CPUs, the slowest ~117x the fastest
+  GPU (3.5 s vs 0.03 s per batch).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from edgeml.errors import UserError
+
+PROFILES = {
+    "homogeneous": "all workers equally fast",
+    "A:B:C": "explicit step-time ratios, one per worker (e.g. 1:1:3)",
+    "H=x": "heterogeneity degree H = mean(speed)/min(speed), speeds spread evenly (adsp.txt Sec. 5.2)",
+    "ec2": "ADSP's EC2 mix: 7 t2.large, 5 t2.xlarge, 4 t2.2xlarge, 2 t3.xlarge per 18 workers",
+    "adacomp-3class": "30% fast, 40% 10x slower, 30% 100x slower (adacomp.txt)",
+    "cpu-gpu": "ESync's CPU/GPU mix: a third CPUs, slowest ~117x the fastest (esync.txt)",
+}
+
+_EC2 = [(7, 1.0), (5, 1.8), (4, 3.2), (2, 2.0)]  # (count per 18 workers, relative speed)
+
+
+def _apportion(counts: list[int], n: int) -> list[int]:
+    """Largest-remainder apportionment of ``n`` items in the proportions of ``counts``."""
+    total = sum(counts)
+    raw = [c * n / total for c in counts]
+    out = [math.floor(r) for r in raw]
+    order = sorted(range(len(raw)), key=lambda i: (-(raw[i] - out[i]), i))
+    for i in order[: n - sum(out)]:
+        out[i] += 1
+    return out
+
+
+def speeds(profile: str, n: int) -> list[float]:
+    """Relative speeds v_i (steps per unit time) of ``n`` workers for a named profile."""
+    p = profile.strip().lower()
+    if p in ("homogeneous", "homo", ""):
+        return [1.0] * n
+    if ":" in p:
+        try:
+            times = [float(x) for x in p.split(":")]
+        except ValueError:
+            raise UserError(f"cluster.hetero = {profile!r}: ratios must be numbers like 1:1:3") from None
+        if len(times) != n or any(t <= 0 for t in times):
+            raise UserError(f"cluster.hetero = {profile!r} gives {len(times)} positive step-time ratios "
+                            f"but there are {n} workers: give one ratio per worker")
+        return [1.0 / t for t in times]
+    m = re.fullmatch(r"h\s*=\s*([0-9.]+)", p)
+    if m:
+        h = float(m.group(1))
+        if h < 1 or (n == 1 and h != 1):
+            raise UserError(f"cluster.hetero = {profile!r}: H must be >= 1 (and 1 with a single worker)")
+        vmax = 2 * h - 1
+        return [1.0 + (vmax - 1.0) * i / (n - 1) for i in range(n)] if n > 1 else [1.0]
+    if p == "ec2":
+        counts = _apportion([c for c, _ in _EC2], n)
+        return [v for (_, v), c in zip(_EC2, counts) for _ in range(c)]
+    if p == "adacomp-3class":
+        counts = _apportion([3, 4, 3], n)
+        return [v for v, c in zip((1.0, 0.1, 0.01), counts) for _ in range(c)]
+    if p == "cpu-gpu":
+        n_cpu = max(1, round(n / 3)) if n > 1 else 0
+        gpu = [1.0 / (1 + 2 * i / max(1, n - n_cpu - 1)) for i in range(n - n_cpu)]  # GPUs within 3x
+        cpu = [1.0 / (60 + 57 * i / max(1, n_cpu - 1)) for i in range(n_cpu)]  # CPUs 60x..117x slower
+        return gpu + cpu
+    raise UserError(f"unknown heterogeneity profile {profile!r}: use one of {', '.join(PROFILES)}")
+
+
+def heterogeneity_degree(v: list[float]) -> float:
+    """H = mean(v) / min(v) (adsp.txt Sec. 5.2)."""
+    return sum(v) / len(v) / min(v)
+
+
+@dataclass(frozen=True)
+class Link:
+    latency_s: float = 0.0
+    up_Bps: float = math.inf
+    down_Bps: float = math.inf
+    extra_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Slowdown:
+    worker: int
+    start: float
+    end: float
+    factor: float
+
+
+@dataclass
+class Cluster:
+    """Resolved heterogeneity for one run: per-worker step factors, slowdowns, failures and links."""
+
+    factors: list[float]
+    slowdowns: list[Slowdown] = field(default_factory=list)
+    crash_times: dict[int, float] = field(default_factory=dict)
+    crash_prob: float = 0.0
+    links: dict[int, Link] = field(default_factory=dict)
+    """Worker index -> its access link. Nodes without an entry have an ideal link."""
+
+    def step_factor(self, worker: int, t: float) -> float:
+        f = self.factors[worker]
+        for s in self.slowdowns:
+            if s.worker == worker and s.start <= t < s.end:
+                f *= s.factor
+        return f
+
+    def link(self, worker: int | None) -> Link:
+        return self.links.get(worker, Link()) if worker is not None else Link()
+
+    def message_delay(self, src_worker: int | None, dst_worker: int | None, nbytes: int) -> tuple[float, float]:
+        """(transmission time on the sender's uplink, remaining flight time) of one message."""
+        a, b = self.link(src_worker), self.link(dst_worker)
+        bw = min(a.up_Bps, b.down_Bps)
+        tx = nbytes / bw if bw < math.inf else 0.0
+        return tx, a.latency_s + b.latency_s + a.extra_s
+
+
+    def all_reduce_time(self, workers: list[int | None], nbytes: int) -> float:
+        """Ring all-reduce among ``workers``: 2(n-1) rounds, each moving nbytes/n over the slowest link."""
+        n = len(workers)
+        if n <= 1:
+            return 0.0
+        links = [self.link(w) for w in workers]
+        bw = min(min(l.up_Bps, l.down_Bps) for l in links)
+        lat = 2 * max(l.latency_s for l in links)
+        return 2 * (n - 1) * (lat + (nbytes / n / bw if bw < math.inf else 0.0))
+
+
+def _entries(items: list[dict], key: str, required: dict[str, type], n: int) -> list[dict]:
+    out = []
+    for item in items:
+        if not isinstance(item, dict):
+            raise UserError(f"{key} entries must be tables like {{worker = 0, ...}}, got {item!r}")
+        missing = [k for k in required if k not in item]
+        unknown = [k for k in item if k not in required]
+        if missing or unknown:
+            raise UserError(f"{key} entry {item!r}: needs exactly the keys {', '.join(required)}")
+        w = item["worker"]
+        if not isinstance(w, int) or not 0 <= w < n:
+            raise UserError(f"{key} entry {item!r}: worker must be an index in 0..{n - 1}")
+        out.append(item)
+    return out
+
+
+def build_cluster(cfg) -> Cluster:
+    """Resolve ``cfg.cluster`` and ``cfg.network`` into a Cluster (raises UserError on bad input)."""
+    n = cfg.cluster.workers
+    v = speeds(cfg.cluster.hetero, n)
+    vmax = max(v)
+    factors = [vmax / x for x in v]
+    slow = [Slowdown(e["worker"], float(e["start"]), float(e["end"]), float(e["factor"]))
+            for e in _entries(cfg.cluster.slowdowns, "cluster.slowdowns",
+                              {"worker": int, "start": float, "end": float, "factor": float}, n)]
+    for s in slow:
+        if s.factor <= 0 or s.end <= s.start:
+            raise UserError(f"cluster.slowdowns: {s} needs factor > 0 and end > start")
+    crashes = {e["worker"]: float(e["time"])
+               for e in _entries(cfg.cluster.crashes, "cluster.crashes", {"worker": int, "time": float}, n)}
+    net = cfg.network
+
+    def bps(mbps: float) -> float:
+        return mbps * 1e6 / 8 if mbps > 0 else math.inf
+
+    base = Link(net.latency_s, bps(net.up_mbps), bps(net.down_mbps), net.commit_delay_s)
+    links = {w: base for w in range(n)}
+    allowed = {"worker": int, "latency_s": float, "up_mbps": float, "down_mbps": float}
+    for e in net.links:
+        if not isinstance(e, dict) or "worker" not in e or any(k not in allowed for k in e):
+            raise UserError(f"network.links entry {e!r}: use keys {', '.join(allowed)} (worker required)")
+        w = e["worker"]
+        if not isinstance(w, int) or not 0 <= w < n:
+            raise UserError(f"network.links entry {e!r}: worker must be an index in 0..{n - 1}")
+        if any(e.get(k, 0) < 0 for k in ("latency_s", "up_mbps", "down_mbps")):
+            raise UserError(f"network.links entry {e!r}: values must be >= 0")
+        old = links[w]
+        links[w] = Link(e.get("latency_s", old.latency_s),
+                        bps(e["up_mbps"]) if "up_mbps" in e else old.up_Bps,
+                        bps(e["down_mbps"]) if "down_mbps" in e else old.down_Bps, old.extra_s)
+    return Cluster(factors, slow, crashes, cfg.cluster.crash_prob, links)

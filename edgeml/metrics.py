@@ -1,0 +1,260 @@
+"""Measurements of a run: the monitor that evaluates and decides when to stop, and the run directory.
+
+Run directory (format 1; tables are rebuilt from it alone):
+
+    config.toml     the resolved configuration
+    meta.json       edgeml version, format, git SHA, seed, host, backend, calibration, status, stop reason
+    evals.csv       time_s, total_steps, total_samples, total_bytes, ps_ingress_bytes, loss, accuracy
+    nodes.csv       one row per node: rank, role, index, compute_s, comm_s, wait_s, alive_s, steps, samples,
+                    messages_sent, bytes_sent, messages_recv, bytes_recv, crashed, crash_time_s
+    series/*.csv    algorithm time series (time_s, rank, role, fields...): e.g. staleness, decisions
+    summary.json    headline numbers (see ``summarize``)
+
+``evals.csv`` is appended as the run goes, so a run that dies keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from edgeml.runtime.base import Counters, NodeInfo
+from edgeml.train import Job, evaluate
+
+FORMAT_VERSION = 1
+EVAL_COLUMNS = ["time_s", "total_steps", "total_samples", "total_bytes", "ps_ingress_bytes", "loss", "accuracy"]
+NODE_COLUMNS = ["rank", "role", "index", "compute_s", "comm_s", "wait_s", "alive_s", "steps", "samples",
+                "messages_sent", "bytes_sent", "messages_recv", "bytes_recv", "crashed", "crash_time_s"]
+
+
+@dataclass
+class NodeReport:
+    info: NodeInfo
+    counters: Counters
+    crashed_at: float | None = None
+    finished_at: float | None = None
+
+
+@dataclass
+class Totals:
+    steps: int = 0
+    samples: int = 0
+    bytes: int = 0
+    ps_ingress: int = 0
+    commits: int = 0
+
+    @staticmethod
+    def of(reports: list[NodeReport]) -> "Totals":
+        t = Totals()
+        for r in reports:
+            c = r.counters
+            t.steps += c.steps
+            t.samples += c.samples
+            t.bytes += c.bytes_sent
+            if r.info.role == "ps":
+                t.ps_ingress += c.bytes_recv
+            if r.info.role == "worker":
+                t.commits += c.messages_sent
+        return t
+
+
+class Monitor:
+    """Evaluates the exposed global model at fixed clock intervals and applies the stopping rules.
+
+    Both backends drive it the same way: ``evaluate(time, params_list, totals)`` at each interval, then
+    ``stop_reason`` tells whether to end the run. Evaluation happens outside the nodes' clocks: in ``sim`` it
+    costs no virtual time, in ``procs`` the monitor process does it while the nodes keep training.
+    """
+
+    def __init__(self, job: Job, writer: "RunWriter | None" = None, on_row: Callable[[dict], None] | None = None):
+        self.job = job
+        self.stop_cfg = job.cfg.stop
+        ds = job.dataset
+        self.x_test = ds.x_test[job.test_index]
+        self.y_test = ds.y_test[job.test_index]
+        self.model = job.make_model()
+        from edgeml.train import flatten_module
+        from edgeml.models import loss_for
+
+        flatten_module(self.model)
+        self.loss_fn = loss_for(job.model_name)
+        self.rows: list[dict[str, Any]] = []
+        self.writer = writer
+        self.on_row = on_row
+        self.stop_reason: str | None = None
+        self.next_eval = 0.0
+
+    def evaluate(self, t: float, params: list[torch.Tensor], totals: Totals) -> dict[str, Any]:
+        if params:
+            mean = params[0].detach().float().cpu().clone() if len(params) == 1 else \
+                torch.stack([p.detach().float().cpu() for p in params]).mean(0)
+            loss, acc = evaluate(self.model, mean, self.loss_fn, self.x_test, self.y_test)
+        else:
+            loss, acc = math.nan, math.nan
+        row = {"time_s": round(t, 6), "total_steps": totals.steps, "total_samples": totals.samples,
+               "total_bytes": totals.bytes, "ps_ingress_bytes": totals.ps_ingress, "loss": loss, "accuracy": acc}
+        self.rows.append(row)
+        if self.writer:
+            self.writer.append_eval(row)
+        if self.on_row:
+            self.on_row({**row, "commits": totals.commits})
+        self._check_targets(row)
+        return row
+
+    def _check_targets(self, row: dict[str, Any]) -> None:
+        s = self.stop_cfg
+        if self.stop_reason:
+            return
+        if s.target_accuracy and row["accuracy"] >= s.target_accuracy:
+            self.stop_reason = f"target accuracy {s.target_accuracy} reached"
+        elif s.target_loss and row["loss"] <= s.target_loss:
+            self.stop_reason = f"target loss {s.target_loss} reached"
+        elif s.loss_variance and len(self.rows) >= s.window:
+            recent = [r["loss"] for r in self.rows[-s.window:]]
+            if all(math.isfinite(x) for x in recent) and statistics.pvariance(recent) < s.loss_variance:
+                self.stop_reason = f"loss variance below {s.loss_variance} for {s.window} evaluations"
+
+    def check_steps(self, total_steps: int) -> None:
+        if not self.stop_reason and self.stop_cfg.max_steps and total_steps >= self.stop_cfg.max_steps:
+            self.stop_reason = f"step budget {self.stop_cfg.max_steps} reached"
+
+    def check_time(self, t: float) -> None:
+        if not self.stop_reason and self.stop_cfg.max_time and t >= self.stop_cfg.max_time:
+            self.stop_reason = f"time budget {self.stop_cfg.max_time:g} s reached"
+
+
+# ------------------------------------------------------------------------------------------ the directory
+
+
+def _csv_value(v: Any) -> Any:
+    if isinstance(v, float):
+        return repr(v) if math.isfinite(v) else ("" if math.isnan(v) else repr(v))
+    return v
+
+
+class RunWriter:
+    """Writes one run directory. Created only after the config is valid, so bad input leaves nothing."""
+
+    def __init__(self, path: Path, config: dict, meta: dict):
+        import tomli_w
+
+        self.path = path
+        path.mkdir(parents=True, exist_ok=False)
+        (path / "config.toml").write_text(tomli_w.dumps(_toml_safe(config)))
+        self.meta = {"format": FORMAT_VERSION, **meta, "status": "running"}
+        self.write_meta()
+        self._evals = open(path / "evals.csv", "w", newline="")
+        self._eval_writer = csv.DictWriter(self._evals, fieldnames=EVAL_COLUMNS)
+        self._eval_writer.writeheader()
+        self._evals.flush()
+
+    @classmethod
+    def attach(cls, path: Path) -> "RunWriter":
+        """Reopen a run directory created by another process, to append evaluations and finish it."""
+        self = cls.__new__(cls)
+        self.path = path
+        self.meta = json.loads((path / "meta.json").read_text())
+        self._evals = open(path / "evals.csv", "a", newline="")
+        self._eval_writer = csv.DictWriter(self._evals, fieldnames=EVAL_COLUMNS)
+        return self
+
+    def close(self) -> None:
+        self._evals.close()
+
+    def write_meta(self, **updates: Any) -> None:
+        self.meta.update(updates)
+        tmp = self.path / "meta.json.tmp"
+        tmp.write_text(json.dumps(self.meta, indent=2, default=str))
+        tmp.replace(self.path / "meta.json")
+
+    def append_eval(self, row: dict[str, Any]) -> None:
+        self._eval_writer.writerow({k: _csv_value(row[k]) for k in EVAL_COLUMNS})
+        self._evals.flush()
+
+    def finish(self, reports: list[NodeReport], series: list[tuple[str, dict]], evals: list[dict],
+               duration: float, status: str, reason: str, job: Job) -> dict[str, Any]:
+        self._evals.close()
+        with open(self.path / "nodes.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=NODE_COLUMNS)
+            w.writeheader()
+            for r in sorted(reports, key=lambda r: r.info.rank):
+                w.writerow(node_row(r, duration))
+        by_name: dict[str, list[dict]] = {}
+        for name, row in series:
+            by_name.setdefault(name, []).append(row)
+        if by_name:
+            (self.path / "series").mkdir(exist_ok=True)
+        for name, rows in by_name.items():
+            cols: list[str] = []
+            for row in rows:
+                cols.extend(k for k in row if k not in cols)
+            with open(self.path / "series" / f"{name}.csv", "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=cols)
+                w.writeheader()
+                for row in rows:
+                    w.writerow({k: _csv_value(v) for k, v in row.items()})
+        summary = summarize(job, reports, evals, duration, status, reason)
+        (self.path / "summary.json").write_text(json.dumps(summary, indent=2))
+        self.write_meta(status=status, stop_reason=reason, duration_s=duration)
+        return summary
+
+
+def _toml_safe(d: Any) -> Any:
+    if isinstance(d, dict):
+        return {k: _toml_safe(v) for k, v in d.items() if v is not None}
+    if isinstance(d, list):
+        return [_toml_safe(v) for v in d]
+    return d
+
+
+def node_row(r: NodeReport, duration: float) -> dict[str, Any]:
+    end = r.crashed_at if r.crashed_at is not None else duration
+    return {"rank": r.info.rank, "role": r.info.role, "index": r.info.index, **{
+        k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(r.counters).items()},
+        "alive_s": round(end, 6), "crashed": r.crashed_at is not None,
+        "crash_time_s": "" if r.crashed_at is None else round(r.crashed_at, 6)}
+
+
+def time_to(evals: list[dict], key: str, target: float, below: bool) -> float | None:
+    for row in evals:
+        v = row[key]
+        if isinstance(v, float) and math.isnan(v):
+            continue
+        if (v <= target) if below else (v >= target):
+            return row["time_s"]
+    return None
+
+
+def summarize(job: Job, reports: list[NodeReport], evals: list[dict], duration: float, status: str,
+              reason: str) -> dict[str, Any]:
+    cfg = job.cfg
+    totals = Totals.of(reports)
+    workers = [r for r in reports if r.info.role == "worker"]
+    alive = sum((r.crashed_at if r.crashed_at is not None else duration) for r in workers) or 1.0
+    accs = [r["accuracy"] for r in evals if math.isfinite(r["accuracy"])]
+    losses = [r["loss"] for r in evals if math.isfinite(r["loss"])]
+    s = cfg.stop
+    return {
+        "algorithm": cfg.run.algorithm, "dataset": cfg.data.dataset, "model": job.model_name,
+        "workers": cfg.cluster.workers, "hetero": cfg.cluster.hetero, "backend": cfg.run.backend,
+        "seed": cfg.run.seed, "status": status, "stop_reason": reason, "duration_s": round(duration, 6),
+        "final_accuracy": accs[-1] if accs else None, "best_accuracy": max(accs) if accs else None,
+        "final_loss": losses[-1] if losses else None, "best_loss": min(losses) if losses else None,
+        "total_steps": totals.steps, "total_samples": totals.samples, "total_commits": totals.commits,
+        "total_bytes": totals.bytes, "ps_ingress_bytes": totals.ps_ingress,
+        "compute_fraction": sum(r.counters.compute_s for r in workers) / alive,
+        "comm_fraction": sum(r.counters.comm_s for r in workers) / alive,
+        "wait_fraction": sum(r.counters.wait_s for r in workers) / alive,
+        "crashed_workers": sum(r.crashed_at is not None for r in workers),
+        "target_accuracy": s.target_accuracy or None,
+        "time_to_target_accuracy": time_to(evals, "accuracy", s.target_accuracy, False) if s.target_accuracy else None,
+        "target_loss": s.target_loss or None,
+        "time_to_target_loss": time_to(evals, "loss", s.target_loss, True) if s.target_loss else None,
+    }

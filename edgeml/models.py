@@ -1,0 +1,123 @@
+"""Models used by the reproduced papers, sized from the data set's input shape.
+
+Each model adapts to the data: linear models and the MLP flatten any input, CNNs compute their flattened size with a
+dummy forward pass and pad small images so their feature maps do not shrink to nothing. Construction draws only
+from torch's global generator, so seeding torch before ``build_model`` gives identical weights on every worker.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from edgeml.errors import UserError
+
+MODELS: dict[str, str] = {
+    "logreg": "multinomial logistic regression: one linear layer, cross-entropy loss",
+    "svm": "linear multi-class SVM: one linear layer, multi-class hinge loss",
+    "mlp": "one hidden layer of 30 ReLU units (the 784-30-10 MLP of the SNAP paper)",
+    "adacomp-cnn": "2 conv + 2 max-pool + dense 128 CNN of the AdaComp paper (~0.2M parameters on MNIST)",
+    "lenet5": "LeNet-5 with ReLU: conv 6, pool, conv 16, pool, fc 120-84",
+    "cifar-cnn": "TensorFlow-tutorial CIFAR-10 CNN of the ADSP paper: 2 conv 64 + LRN, fc 384-192",
+    "resnet18": "ResNet-18 with a 3x3 stride-1 stem and no max-pool, for small images",
+}
+_FLAT_MODELS = ("logreg", "svm", "mlp")
+
+
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """Build a freshly initialized model mapping a batch of ``input_shape`` samples to ``num_classes`` logits."""
+    if name not in MODELS:
+        raise UserError(f"unknown model '{name}': choose one of {', '.join(MODELS)}")
+    if num_classes < 2:
+        raise UserError(f"model needs at least 2 classes, got {num_classes}: check the dataset labels")
+    shape = tuple(int(d) for d in input_shape)
+    if name in _FLAT_MODELS:
+        features = math.prod(shape)
+        if name == "mlp":
+            return nn.Sequential(nn.Flatten(), nn.Linear(features, 30), nn.ReLU(), nn.Linear(30, num_classes))
+        return nn.Sequential(nn.Flatten(), nn.Linear(features, num_classes))
+    if len(shape) != 3:
+        raise UserError(
+            f"model '{name}' needs image input [C, H, W] but the data has shape {shape}: "
+            f"use one of {', '.join(_FLAT_MODELS)}"
+        )
+    builders: dict[str, Callable[[tuple[int, int, int], int], nn.Module]] = {
+        "adacomp-cnn": _adacomp_cnn,
+        "lenet5": _lenet5,
+        "cifar-cnn": _cifar_cnn,
+        "resnet18": _resnet18,
+    }
+    return builders[name]((shape[0], shape[1], shape[2]), num_classes)
+
+
+def loss_for(name: str) -> nn.Module:
+    """The training loss that defines the model: hinge for the SVM, cross-entropy for everything else."""
+    if name not in MODELS:
+        raise UserError(f"unknown model '{name}': choose one of {', '.join(MODELS)}")
+    return nn.MultiMarginLoss() if name == "svm" else nn.CrossEntropyLoss()
+
+
+def _with_head(name: str, features: nn.Sequential, shape: tuple[int, int, int], head: list[int], c: int) -> nn.Module:
+    """Append Flatten and a ReLU MLP head whose input size comes from a dummy forward pass through ``features``."""
+    with torch.no_grad():
+        try:
+            flat = features(torch.zeros(1, *shape)).numel()
+        except RuntimeError:
+            flat = 0
+    if flat == 0:
+        raise UserError(f"images of shape {shape} are too small for model '{name}': use logreg, svm or mlp")
+    layers: list[nn.Module] = [nn.Flatten()]
+    for width in head:
+        layers += [nn.Linear(flat, width), nn.ReLU()]
+        flat = width
+    layers.append(nn.Linear(flat, c))
+    return nn.Sequential(*features, *layers)
+
+
+def _adacomp_cnn(shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+    # Two pooling stages keep the dense layer near the paper's ~0.2M parameters; pad tiny images to keep a map.
+    pad = 1 if min(shape[1:]) < 16 else 0
+    features = nn.Sequential(
+        nn.Conv2d(shape[0], 32, 3, padding=pad), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=pad), nn.ReLU(), nn.MaxPool2d(2),
+    )  # fmt: skip
+    return _with_head("adacomp-cnn", features, shape, [128], num_classes)
+
+
+def _lenet5(shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+    # 32x32 is LeNet's native size; 28x28 gets padding 2 on the first conv (as in the MNIST setup), and images
+    # under 16 px also pad the second conv so the map survives both pools.
+    side = min(shape[1:])
+    features = nn.Sequential(
+        nn.Conv2d(shape[0], 6, 5, padding=2 if side < 32 else 0), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(6, 16, 5, padding=2 if side < 16 else 0), nn.ReLU(), nn.MaxPool2d(2),
+    )  # fmt: skip
+    return _with_head("lenet5", features, shape, [120, 84], num_classes)
+
+
+def _cifar_cnn(shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+    # TensorFlow's LRN(depth_radius=4, alpha=0.001/9) equals torch's LocalResponseNorm(9, alpha=0.001), since torch
+    # divides alpha by the window size. Pool 3 stride 2 padding 1 matches TF's "SAME" output size.
+    features = nn.Sequential(
+        nn.Conv2d(shape[0], 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(3, stride=2, padding=1),
+        nn.LocalResponseNorm(9, alpha=0.001, beta=0.75, k=1.0),
+        nn.Conv2d(64, 64, 5, padding=2), nn.ReLU(),
+        nn.LocalResponseNorm(9, alpha=0.001, beta=0.75, k=1.0),
+        nn.MaxPool2d(3, stride=2, padding=1),
+    )  # fmt: skip
+    return _with_head("cifar-cnn", features, shape, [384, 192], num_classes)
+
+
+def _resnet18(shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+    # The ImageNet stem (7x7 stride 2 + max-pool) shrinks a 32x32 image 4x before the first block; the usual
+    # CIFAR variant keeps full resolution instead.
+    from torchvision.models import resnet18
+
+    model = resnet18(num_classes=num_classes)
+    model.conv1 = nn.Conv2d(shape[0], 64, 3, stride=1, padding=1, bias=False)
+    nn.init.kaiming_normal_(model.conv1.weight, mode="fan_out", nonlinearity="relu")  # as torchvision inits convs
+    model.maxpool = nn.Identity()
+    return model
