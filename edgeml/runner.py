@@ -78,12 +78,13 @@ def run(cfg: Config, *, quiet: bool = True, path: Path | None = None) -> Path:
         status, reason = _run_sim(job, spec, writer, quiet)
     if status == "failed":
         raise RuntimeError(f"run failed: {reason} (partial results in {path})")
+    if status == "interrupted":
+        raise KeyboardInterrupt
     return path
 
 
 def _print_outcome(path: Path, status: str, reason: str) -> None:
     import json
-    import sys
 
     from rich.console import Console
 
@@ -91,7 +92,6 @@ def _print_outcome(path: Path, status: str, reason: str) -> None:
     acc = s.get("final_accuracy")
     tail = f": accuracy {acc:.4f} after {s.get('total_steps')} steps" if acc is not None else ""
     Console(stderr=True).print(f"[bold]{status}[/bold] ({reason}){tail}")
-    print(path, file=sys.stdout)
 
 
 def _run_sim(job: Job, spec, writer: RunWriter, quiet: bool) -> tuple[str, str]:

@@ -42,3 +42,22 @@ def get_algorithm(name: str) -> AlgorithmSpec:
 
 
 from edgeml.algorithms import ps  # noqa: E402,F401  (registers bsp, ssp, asp)
+
+
+def _load_plugins() -> None:
+    """Import the modules named in ``EDGEML_PLUGINS`` (comma-separated), which register more algorithms.
+
+    Spawned worker processes inherit the variable, so a plugin algorithm runs on every backend.
+    """
+    import importlib
+    import os
+
+    for name in filter(None, (m.strip() for m in os.environ.get("EDGEML_PLUGINS", "").split(","))):
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise UserError(f"EDGEML_PLUGINS names module {name!r} which cannot be imported ({exc}): "
+                            f"fix the name or PYTHONPATH") from None
+
+
+_load_plugins()

@@ -14,6 +14,7 @@ The interface is deliberately small, and shaped like the papers' pseudocode:
   (averaging over nodes that expose one) without the algorithm's involvement, and without charging the
   node's clock.
 - ``log(series, **fields)``: a row of an algorithm-specific time series (staleness, decisions, ...).
+- ``rng``: this node's seeded ``random.Random`` (random peers, random waits).
 
 Accounting shared by both backends lives here: compute / communication / waiting time, steps, messages and
 bytes. Blocked time in ``recv`` is split into communication (the delivered message's own time in flight) and
@@ -106,9 +107,13 @@ class Node:
     series: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     exposed: torch.Tensor | None = None
     crashed_at: float | None = None
+    send_horizon: float = 0.0
+    """When the last message this node sent arrives (its in-flight time counts as communication)."""
 
     def __post_init__(self) -> None:
         self._crash_rng = random.Random(f"{self.job.cfg.run.seed}/crash/{self.info.rank}")
+        self.rng = random.Random(f"{self.job.cfg.run.seed}/node/{self.info.rank}")
+        """This node's own random numbers (random peers, random waits): seeded, so ``sim`` stays deterministic."""
 
     # ------------------------------------------------------------------ identity
     @property
@@ -171,7 +176,9 @@ class Node:
     def send(self, dst: int, tag: str, **data: Any) -> int:
         """Send ``data`` to node ``dst``; returns the message's wire size in bytes."""
         nbytes = payload_nbytes(data)
-        self._post(dst, tag, data, nbytes)
+        t0 = self.now()
+        self.send_horizon = max(self.send_horizon, self._post(dst, tag, data, nbytes))
+        self.counters.comm_s += self.now() - t0  # handing the message over (zero on the virtual clock)
         self.counters.messages_sent += 1
         self.counters.bytes_sent += nbytes
         if self.is_worker and self.job.cluster.crash_prob > 0 and self._crash_rng.random() < self.job.cluster.crash_prob:
@@ -182,12 +189,17 @@ class Node:
     def recv(self, src: int | None = None, tag: str | None = None, timeout: float | None = None) -> Message | None:
         """Next message (optionally from ``src`` with ``tag``); ``None`` once ``timeout`` seconds pass."""
         msg, blocked = self._await(src, tag, timeout)
-        if msg is None:
-            self.counters.wait_s += blocked
-            return None
-        comm = min(blocked, msg.flight_s)
+        t1 = self.now()
+        t0 = t1 - blocked
+        # communication: while our own last message was still in flight, or the awaited one was
+        outgoing = (t0, min(t1, max(t0, self.send_horizon)))
+        incoming = (max(t0, t1 - msg.flight_s), t1) if msg is not None else (t1, t1)
+        overlap = max(0.0, min(outgoing[1], incoming[1]) - max(outgoing[0], incoming[0]))
+        comm = min(blocked, (outgoing[1] - outgoing[0]) + (incoming[1] - incoming[0]) - overlap)
         self.counters.comm_s += comm
         self.counters.wait_s += blocked - comm
+        if msg is None:
+            return None
         self.counters.messages_recv += 1
         self.counters.bytes_recv += msg.nbytes
         return msg
@@ -202,7 +214,8 @@ class Node:
         self.counters.bytes_recv += nbytes
         return tensor
 
-    def _post(self, dst: int, tag: str, data: dict[str, Any], nbytes: int) -> None:
+    def _post(self, dst: int, tag: str, data: dict[str, Any], nbytes: int) -> float:
+        """Hand the message to the transport; return its arrival time on this node's clock."""
         raise NotImplementedError
 
     def _await(self, src: int | None, tag: str | None, timeout: float | None) -> tuple[Message | None, float]:

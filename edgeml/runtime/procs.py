@@ -44,6 +44,8 @@ from edgeml.runtime.base import Counters, Message, Node, NodeCrashed, NodeInfo, 
 
 CONTROL = "__"  # tags of runtime control traffic start with this; it is never counted as algorithm bytes
 STATS_INTERVAL_S = 0.25
+CHUNK_BYTES = 1 << 20
+"""Receive buffer of each process: a message up to this size (framing included) travels as one gloo message."""
 UTILIZATION = 0.5
 MIN_STEP_S = 0.01
 """Floor of the calibrated step time: messages over gloo take ~1 ms, so emulated steps far below that would
@@ -94,23 +96,37 @@ class Transport:
         self.inbox: deque[Message] = deque()
         self.cond = threading.Condition()
         self.closed = False
+        self.stopped = threading.Event()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._receive, name="edgeml-recv", daemon=True)
         self.thread.start()
 
     def send(self, dst: int, tag: str, data: dict[str, Any], meta: dict[str, Any]) -> None:
+        # one gloo message when it fits the receiver's chunk buffer (gloo accepts a larger receive buffer),
+        # else the first chunk, whose length field announces the rest, then the rest
         buf = encode(tag, data, meta)
-        dist.send(torch.tensor([buf.numel()], dtype=torch.int64), dst, tag=1)
-        dist.send(buf, dst, tag=2)
+        framed = torch.cat([torch.tensor([buf.numel()], dtype=torch.int64).view(torch.uint8), buf])
+        dist.send(framed[:CHUNK_BYTES], dst, tag=1)
+        if framed.numel() > CHUNK_BYTES:
+            dist.send(framed[CHUNK_BYTES:], dst, tag=2)
 
     def _receive(self) -> None:
+        chunk = torch.empty(CHUNK_BYTES, dtype=torch.uint8)
         try:
             while True:
-                size = torch.empty(1, dtype=torch.int64)
-                src = dist.recv(size, tag=1)
-                buf = torch.empty(int(size.item()), dtype=torch.uint8)
-                dist.recv(buf, src=src, tag=2)
+                src = dist.recv(chunk, tag=1)
+                size = int(chunk[:8].view(torch.int64).item())
+                buf = torch.empty(size, dtype=torch.uint8)
+                first = min(size, CHUNK_BYTES - 8)
+                buf[:first].copy_(chunk[8:8 + first])
+                if size > first:
+                    dist.recv(buf[first:], src=src, tag=2)
                 tag, data, meta = decode(buf)
+                if tag == CONTROL + "stop":  # acted on here: no thread has to watch the inbox for it
+                    self.stopped.set()
+                    with self.cond:
+                        self.cond.notify_all()
+                    continue
                 arrived = time.time()
                 msg = Message(src, tag, data, meta.get("nbytes", 0), sent_at=meta.get("sent_at", arrived), meta=meta)
                 msg.deliver_at = max(arrived, meta.get("deliver_at", arrived))  # type: ignore[attr-defined]
@@ -121,6 +137,7 @@ class Transport:
             with self.cond:
                 self.error = exc
                 self.closed = True
+                self.stopped.set()
                 self.cond.notify_all()
 
     def take(self, src: int | None, tag: str | None, now: float) -> tuple[Message | None, float | None]:
@@ -143,8 +160,9 @@ class ProcsNode(Node):
         self.transport = transport
         self.epoch = epoch
         self.groups = groups
-        self.stop = threading.Event()
+        self.stop = transport.stopped
         self.up_busy = 0.0
+        self.throttle_debt = 0.0
         self.next_stats = 0.0
         self.next_snapshot = 0.0
         self.sent_series = 0
@@ -203,11 +221,17 @@ class ProcsNode(Node):
             torch.cuda.synchronize()
         elapsed = time.perf_counter() - t0
         target = self.step_duration() if self.cfg.cluster.throttle else 0.0
-        if target > elapsed:
-            self._pause(target - elapsed)
-        return result, max(elapsed, target)
+        if target > 0:
+            # pace like a token bucket: past oversleep (the OS wakes us late under load) shortens this sleep,
+            # so the mean step time converges on the target instead of drifting above it
+            if target - elapsed - self.throttle_debt > 0:
+                self._pause(target - elapsed - self.throttle_debt)
+            actual = time.perf_counter() - t0
+            self.throttle_debt = min(max(self.throttle_debt + actual - target, 0.0), target)
+            return result, actual
+        return result, elapsed
 
-    def _post(self, dst: int, tag: str, data: dict[str, Any], nbytes: int) -> None:
+    def _post(self, dst: int, tag: str, data: dict[str, Any], nbytes: int) -> float:
         self._check()
         now = self.now()
         tx, flight = self.job.cluster.message_delay(self.worker_index(self.rank), self.worker_index(dst), nbytes)
@@ -215,6 +239,7 @@ class ProcsNode(Node):
         self.up_busy = start + tx
         meta = {"nbytes": nbytes, "sent_at": self.epoch + now, "deliver_at": self.epoch + start + tx + flight}
         self.transport.send(dst, tag, data, meta)
+        return start + tx + flight
 
     def _await(self, src, tag, timeout):
         t0 = self.now()
@@ -317,10 +342,21 @@ def _init(rank: int, world: int, init_method: str, roles: dict[str, list[int]]) 
     return {role: dist.new_group(ranks) for role, ranks in sorted(roles.items())}
 
 
-def node_main(rank: int, world: int, init_method: str, job, standalone: bool = True) -> None:
+def _plugins(names: str | None) -> None:
+    """Register the launcher's plugin algorithms here too (the fork server may predate them)."""
+    from edgeml.algorithms import _load_plugins
+
+    if names:
+        os.environ["EDGEML_PLUGINS"] = names
+        _load_plugins()
+
+
+def node_main(rank: int, world: int, init_method: str, job, standalone: bool = True,
+              plugins: str | None = None) -> None:
     """Entry point of a node process (rank >= 1)."""
     from edgeml.algorithms import get_algorithm
 
+    _plugins(plugins)
     if standalone:
         _die_with_parent()
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher handles Ctrl-C and stops us in order
@@ -342,8 +378,6 @@ def node_main(rank: int, world: int, init_method: str, job, standalone: bool = T
     node = ProcsNode(NodeInfo(rank, role, roles[role].index(rank)), roles, job, transport, msg["epoch"], groups)
     if job.cfg.run.device == "cuda":
         torch.cuda.set_device(0)
-    watcher = threading.Thread(target=_watch_stop, args=(node,), daemon=True)
-    watcher.start()
     error = ""
     try:
         program(node)
@@ -375,25 +409,13 @@ def node_main(rank: int, world: int, init_method: str, job, standalone: bool = T
         os._exit(0)
 
 
-def _watch_stop(node: ProcsNode) -> None:
-    """Turn the monitor's stop message into the node's stop event, even while the node computes."""
-    tr = node.transport
-    with tr.cond:
-        while True:
-            msg, _ = tr.take(0, CONTROL + "stop", float("inf"))
-            if msg is not None or tr.closed:
-                node.stop.set()
-                tr.cond.notify_all()
-                return
-            tr.cond.wait(1.0)
-
-
 def monitor_main(world: int, init_method: str, job, path: str, quiet: bool, control, result,
-                 standalone: bool = True) -> None:
+                 standalone: bool = True, plugins: str | None = None) -> None:
     """Entry point of the monitor (rank 0): evaluation, stopping rules, progress and the run directory."""
     from edgeml.algorithms import get_algorithm
     from edgeml.progress import RunProgress
 
+    _plugins(plugins)
     if standalone:
         _die_with_parent()
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -449,24 +471,31 @@ def monitor_main(world: int, init_method: str, job, path: str, quiet: bool, cont
             status, reason = "failed", f"{info.role} {info.index} raised {msg.meta['error']}"
             final.add(msg.src)
 
-    try:
-        while not monitor.stop_reason and status == "completed":
-            with transport.cond:
-                transport.cond.wait(0.05)
-                msgs = list(transport.inbox)
-                transport.inbox.clear()
-            for m in msgs:
-                handle(m)
-            now = time.time() - epoch
-            monitor.check_time(now)
-            monitor.check_steps(sum(r.counters.steps for r in reports.values()))
-            while not control.empty():
-                kind, *args = control.get()
-                if kind == "died":
+    def pump(wait: float) -> None:
+        """Handle what nodes sent and what the launcher reported (a node's death, Ctrl-C)."""
+        nonlocal status, reason
+        with transport.cond:
+            if not transport.inbox:
+                transport.cond.wait(wait)
+            msgs = list(transport.inbox)
+            transport.inbox.clear()
+        for m in msgs:
+            handle(m)
+        while not control.empty():
+            kind, *args = control.get()
+            if kind == "died":
+                final.add(args[0])
+                if status == "completed":
                     info = infos[args[0]]
                     status, reason = "failed", f"{info.role} {info.index} (rank {args[0]}) died with exit code {args[1]}"
-                elif kind == "interrupt":
-                    status, reason = "interrupted", "interrupted by the user"
+            elif kind == "interrupt" and status == "completed":
+                status, reason = "interrupted", "interrupted by the user"
+
+    try:
+        while not monitor.stop_reason and status == "completed":
+            pump(0.05)
+            monitor.check_time(time.time() - epoch)
+            monitor.check_steps(sum(r.counters.steps for r in reports.values()))
             if len(final) == len(infos):
                 reason = reason or "every node finished"
                 break
@@ -481,16 +510,7 @@ def monitor_main(world: int, init_method: str, job, path: str, quiet: bool, cont
                     pass
         deadline = time.monotonic() + 10
         while len(final) < len(infos) and time.monotonic() < deadline:
-            with transport.cond:
-                transport.cond.wait(0.05)
-                msgs = list(transport.inbox)
-                transport.inbox.clear()
-            for m in msgs:
-                handle(m)
-            while not control.empty():
-                kind, *args = control.get()
-                if kind == "died":
-                    final.add(args[0])
+            pump(0.05)
         last_snapshot.update(final_snapshot)
         if last_snapshot and status != "failed":
             monitor.evaluate(duration, list(last_snapshot.values()), Totals.of(list(reports.values())))
@@ -522,12 +542,17 @@ def run_local(job, path: Path, quiet: bool) -> tuple[str, str]:
     world = len(programs) + 1
     init_method = f"tcp://127.0.0.1:{free_port()}"
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    ctx = mp.get_context("spawn")
+    # a fork server imports torch and edgeml once, then forks each node from that clean state: starting N
+    # processes costs one import instead of N (fork from this process is unsafe once threads exist)
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["edgeml.runtime.forkserver", "edgeml.runtime.procs", "edgeml.algorithms",
+                                "edgeml.metrics"])
     control, result = ctx.Queue(), ctx.Queue()
+    plugins = os.environ.get("EDGEML_PLUGINS")
     procs = [ctx.Process(target=monitor_main, args=(world, init_method, job, str(path), quiet, control, result),
-                         daemon=False)]
-    procs += [ctx.Process(target=node_main, args=(r, world, init_method, job), daemon=False)
-              for r in range(1, world)]
+                         kwargs={"plugins": plugins}, daemon=False)]
+    procs += [ctx.Process(target=node_main, args=(r, world, init_method, job), kwargs={"plugins": plugins},
+                          daemon=False) for r in range(1, world)]
     for p in procs:
         p.start()
     reported: set[int] = set()
@@ -618,8 +643,7 @@ def run_torchrun(cfg, spec, path: Path, quiet: bool) -> Path:
         result = _LocalQueue()
         monitor_main(world, "env://", job, str(path), quiet, _LocalQueue(), result, standalone=False)
         status, reason = result.get()
-        if not quiet:
-            print(path)
+        print(path)
         if status == "failed":
             raise RuntimeError(f"run failed: {reason} (partial results in {path})")
         os._exit(0)  # leave the process group without a teardown handshake

@@ -90,16 +90,19 @@ class SimNode(Node):
         self.kernel.total_steps += 1
         return result, duration
 
-    def _post(self, dst: int, tag: str, data: dict[str, Any], nbytes: int) -> None:
+    def _post(self, dst: int, tag: str, data: dict[str, Any], nbytes: int) -> float:
         self._check()
         k = self.kernel
-        data = {key: (v.detach().clone() if isinstance(v, torch.Tensor) else v) for key, v in data.items()}
+        # a message is a copy in host memory, as on a real wire
+        data = {key: (v.detach().to("cpu", copy=True) if isinstance(v, torch.Tensor) else v)
+                for key, v in data.items()}
         tx, flight = self.job.cluster.message_delay(self.worker_index(self.rank), self.worker_index(dst), nbytes)
         start = max(k.now, self.up_busy)
         self.up_busy = start + tx
         arrive = start + tx + flight
         msg = Message(self.rank, tag, data, nbytes, sent_at=k.now, flight_s=arrive - k.now)
         k.schedule(arrive, k.deliver, dst, msg)
+        return arrive
 
     def _await(self, src, tag, timeout):
         self._check()

@@ -1,0 +1,3 @@
+from edgeml.cli import main
+
+main()

@@ -1,0 +1,34 @@
+"""Shared helpers for the test-suite: build and run simulated jobs in-process."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+
+def simulate(*overrides: str):
+    """Run a sim job in-process with ``overrides``; return (kernel, monitor, status, reason)."""
+    from edgeml.config import load_config
+    from edgeml.metrics import Monitor
+    from edgeml.runtime.sim import Kernel
+    from edgeml.train import build_job
+    from edgeml.algorithms import get_algorithm
+
+    cfg = load_config(overrides=["run.backend='sim'", *overrides])
+    job = build_job(cfg)
+    monitor = Monitor(job)
+    kernel = Kernel(job, get_algorithm(cfg.run.algorithm).nodes(cfg), monitor)
+    status, reason = kernel.run()
+    return kernel, monitor, status, reason
+
+
+@pytest.fixture
+def sim():
+    return simulate

@@ -1,0 +1,33 @@
+"""Algorithms used only by the fault tests (loaded through EDGEML_PLUGINS)."""
+
+import os
+
+from edgeml.algorithms import AlgorithmSpec, register
+from edgeml.algorithms.ps import PSConfig, ps_worker, ssp_server
+
+
+def dying_worker(node):
+    """Worker 1's process dies abruptly after a few steps, as a crash of the host would."""
+    if node.index == 1:
+        trainer = node.job.trainer(node.index)
+        for _ in range(5):
+            node.compute(trainer.gradient)
+        os._exit(7)
+    ps_worker(node)
+
+
+register(AlgorithmSpec("test-die", "a worker process dies", PSConfig,
+                       lambda cfg: [("ps", lambda n: ssp_server(n, float("inf")))]
+                       + [("worker", dying_worker)] * cfg.cluster.workers))
+
+
+def shared_probe(node):
+    """Reports whether the training data reached this process through shared memory."""
+    x = node.job.dataset.x_train
+    node.log("probe", shared=bool(x.is_shared()), numel=int(x.numel()))
+    ps_worker(node)
+
+
+register(AlgorithmSpec("test-shared", "reports shared data", PSConfig,
+                       lambda cfg: [("ps", lambda n: ssp_server(n, float("inf")))]
+                       + [("worker", shared_probe)] * cfg.cluster.workers))

@@ -1,0 +1,186 @@
+"""The sim backend: equivalences between algorithms, determinism, exact bytes, device and link models."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from conftest import simulate
+from edgeml.algorithms import AlgorithmSpec, REGISTRY, register
+from edgeml.config import load_config
+from edgeml.runner import run
+from edgeml.train import build_job
+
+
+def ps_params(kernel):
+    return kernel.nodes[kernel.nodes_by_role("ps")[0]].exposed
+
+
+def test_bsp_with_one_worker_equals_plain_sgd():
+    kernel, _, status, _ = simulate("run.algorithm='bsp'", "cluster.workers=1", "stop.max_steps=25",
+                                    "stop.max_time=0", "bsp.lr=0.05", "bsp.global_lr=1.0")
+    assert status == "completed"
+    ps = kernel.nodes[kernel.nodes_by_role("ps")[0]]
+    applied = ps.counters.messages_recv
+    assert applied >= 20
+    job = build_job(kernel.job.cfg)
+    ref = job.trainer(0)
+    for _ in range(applied):
+        ref.gradient()
+        ref.sgd(0.05)
+    assert torch.allclose(ps.exposed, ref.params, rtol=0, atol=1e-6)
+    assert not torch.equal(ps.exposed, job.init_params)
+
+
+@pytest.mark.parametrize("hetero", ["homogeneous", "1:2:5"])
+def test_ssp_with_bound_zero_equals_bsp(hetero):
+    common = ["cluster.workers=3", f"cluster.hetero='{hetero}'", "stop.max_time=3", "stop.max_steps=0"]
+    bsp, *_ = simulate("run.algorithm='bsp'", *common)
+    ssp, *_ = simulate("run.algorithm='ssp'", "ssp.staleness=0", *common)
+    steps = lambda k: [n.counters.steps for n in k.nodes.values() if n.info.role == "worker"]
+    assert steps(bsp) == steps(ssp)
+    assert torch.allclose(ps_params(bsp), ps_params(ssp), rtol=0, atol=1e-6)
+    # and a positive bound really lets fast workers run ahead
+    loose, *_ = simulate("run.algorithm='ssp'", "ssp.staleness=3", *common)
+    if hetero != "homogeneous":
+        assert sum(steps(loose)) > sum(steps(ssp))
+        assert max(steps(loose)) - min(steps(loose)) <= 3 + 1
+
+
+def test_ssp_never_exceeds_its_staleness_bound():
+    kernel, *_ = simulate("run.algorithm='ssp'", "ssp.staleness=2", "cluster.workers=3",
+                          "cluster.hetero='1:1:6'", "stop.max_time=4")
+    steps = [n.counters.steps for n in kernel.nodes.values() if n.info.role == "worker"]
+    # a worker that has pushed c updates may compute step c only if c <= min + s
+    assert max(steps) - min(steps) <= 2 + 1
+    stale = pd.DataFrame([r for n in kernel.nodes.values() for s, r in n.series if s == "staleness"])
+    assert stale.staleness.min() >= 0
+
+
+def test_sim_is_deterministic(tmp_path):
+    args = ["run.algorithm='asp'", "run.backend='sim'", "cluster.workers=3", "cluster.hetero='1:2:3'",
+            "stop.max_time=3", f"run.out='{tmp_path}'"]
+    a = run(load_config(overrides=[*args, "run.name='a'"]))
+    b = run(load_config(overrides=[*args, "run.name='b'"]))
+    c = run(load_config(overrides=[*args, "run.name='c'", "run.seed=1"]))
+    for f in ("evals.csv", "nodes.csv", "series/staleness.csv"):
+        assert (a / f).read_bytes() == (b / f).read_bytes(), f
+    assert (a / "evals.csv").read_bytes() != (c / "evals.csv").read_bytes()
+
+
+def test_exact_byte_counts():
+    kernel, *_ = simulate("run.algorithm='asp'", "cluster.workers=3", "stop.max_time=2")
+    P = kernel.job.init_params.numel()
+    push = 4 * P + 8  # float32 update + one 8-byte scalar (the batch loss)
+    pull = 4 * P
+    ps = kernel.nodes[kernel.nodes_by_role("ps")[0]]
+    workers = [n for n in kernel.nodes.values() if n.info.role == "worker"]
+    assert ps.counters.bytes_recv == ps.counters.messages_recv * push
+    assert ps.counters.bytes_sent == ps.counters.messages_sent * pull
+    for w in workers:
+        assert w.counters.bytes_sent == w.counters.messages_sent * push
+        assert w.counters.bytes_recv == w.counters.messages_recv * pull
+
+
+def test_step_times_follow_the_profile():
+    kernel, *_ = simulate("run.algorithm='asp'", "cluster.workers=3", "cluster.hetero='1:2:4'",
+                          "cluster.base_step_s=0.01", "stop.max_time=4")
+    steps = [n.counters.steps for n in kernel.nodes.values() if n.info.role == "worker"]
+    # ideal links: a worker's iteration is exactly its step time, so steps = floor(T / step) (+- the last)
+    for s, f in zip(steps, (1, 2, 4)):
+        assert abs(s - 4 / (0.01 * f)) <= 1
+
+
+def test_link_model_latency_and_bandwidth():
+    # one worker, ASP: iteration = step + (push tx + 2 latency hops) + (pull tx + latency)
+    kernel, *_ = simulate("run.algorithm='asp'", "cluster.workers=1", "cluster.base_step_s=0.01",
+                          "network.latency_s=0.005", "network.up_mbps=8", "network.down_mbps=80",
+                          "stop.max_time=5")
+    P = kernel.job.init_params.numel()
+    push, pull = 4 * P + 8, 4 * P
+    iteration = 0.01 + (push / 1e6 + 0.005) + (pull / 1e7 + 0.005)
+    w = next(n for n in kernel.nodes.values() if n.info.role == "worker")
+    assert abs(w.counters.steps - 5 / iteration) <= 1
+    assert w.counters.comm_s == pytest.approx(w.counters.messages_recv * iteration - w.counters.messages_recv * 0.01,
+                                              rel=0.02)
+
+
+def test_commit_delay_and_slowdown():
+    fast, *_ = simulate("run.algorithm='asp'", "cluster.workers=2", "cluster.base_step_s=0.01", "stop.max_time=2")
+    slowed, *_ = simulate("run.algorithm='asp'", "cluster.workers=2", "cluster.base_step_s=0.01", "stop.max_time=2",
+                          "cluster.slowdowns=[{worker=1, start=0.5, end=1.5, factor=4.0}]")
+    delayed, *_ = simulate("run.algorithm='asp'", "cluster.workers=2", "cluster.base_step_s=0.01", "stop.max_time=2",
+                           "network.commit_delay_s=0.01")
+    steps = lambda k: [n.counters.steps for n in k.nodes.values() if n.info.role == "worker"]
+    assert steps(fast) == [200, 200] or all(abs(s - 200) <= 1 for s in steps(fast))
+    assert abs(steps(slowed)[0] - 200) <= 1
+    assert abs(steps(slowed)[1] - (50 + 25 + 50)) <= 2  # 0.5 s fast, 1 s at 4x, 0.5 s fast
+    assert all(abs(s - 100) <= 1 for s in steps(delayed))  # each iteration pays 0.01 s extra
+
+
+def test_crash_schedule_and_probability():
+    kernel, *_ = simulate("run.algorithm='asp'", "cluster.workers=3", "cluster.base_step_s=0.01",
+                          "cluster.crashes=[{worker=1, time=0.5}]", "stop.max_time=2")
+    w = [n for n in kernel.nodes.values() if n.info.role == "worker"]
+    assert w[1].crashed_at == pytest.approx(0.5)
+    assert abs(w[1].counters.steps - 50) <= 1 and abs(w[0].counters.steps - 200) <= 1
+    k2, *_ = simulate("run.algorithm='asp'", "cluster.workers=10", "cluster.crash_prob=0.05", "stop.max_time=3",
+                      "cluster.base_step_s=0.01")
+    crashed = [n for n in k2.nodes.values() if n.info.role == "worker" and n.crashed_at is not None]
+    assert 5 <= len(crashed) <= 10  # P(survive 300 pushes) = 0.95^300: all but a fluke crash
+    for n in crashed:  # it fails right after a push: its last message was sent
+        assert n.counters.messages_sent == n.counters.steps
+
+
+def test_stopping_rules():
+    _, mon, _, reason = simulate("run.algorithm='asp'", "cluster.workers=2", "stop.max_time=0",
+                                 "stop.target_accuracy=0.8")
+    assert reason.startswith("target accuracy") and mon.rows[-2]["accuracy"] >= 0.8 or mon.rows[-1]["accuracy"] >= 0.8
+    kernel, _, _, reason = simulate("run.algorithm='asp'", "cluster.workers=2", "stop.max_time=0",
+                                    "stop.max_steps=37")
+    assert reason.startswith("step budget") and kernel.total_steps == 37
+    _, mon, _, reason = simulate("run.algorithm='asp'", "cluster.workers=2", "stop.max_time=0",
+                                 "stop.loss_variance=1e-3", "stop.window=5", "eval.interval=0.5")
+    assert reason.startswith("loss variance")
+    losses = [r["loss"] for r in mon.rows[-6:-1]]
+    assert max(losses) - min(losses) < 0.2
+
+
+# --- runtime primitives through a tiny algorithm defined here (the sim backend runs in-process) ---
+
+def _probe(node):
+    peers = node.ranks("worker")
+    t = torch.tensor([float(node.index + 1)])
+    node.all_reduce(t)
+    node.log("probe", what="sum", value=float(t))
+    got = node.recv(tag="nothing", timeout=0.25)
+    node.log("probe", what="timeout", value=node.now(), got=got is None)
+    if node.index == 0:
+        node.send(peers[1], "hello", x=torch.arange(3), k=7)
+    else:
+        msg = node.recv(src=peers[0], tag="hello")
+        node.log("probe", what="hello", value=float(msg["x"].sum() + msg["k"]), nbytes=msg.nbytes)
+    while True:
+        node.sleep(1.0)
+
+
+@pytest.fixture
+def probe_algorithm():
+    from edgeml.algorithms.ps import PSConfig
+    register(AlgorithmSpec("probe", "test probe", PSConfig, lambda cfg: [("worker", _probe)] * cfg.cluster.workers))
+    yield
+    REGISTRY.pop("probe")
+
+
+def test_all_reduce_timeout_and_messages(probe_algorithm):
+    kernel, *_ = simulate("run.algorithm='probe'", "cluster.workers=2", "stop.max_time=2")
+    rows = [r for n in kernel.nodes.values() for s, r in n.series if s == "probe"]
+    sums = [r["value"] for r in rows if r["what"] == "sum"]
+    assert sums == [3.0, 3.0]
+    timeouts = [r for r in rows if r["what"] == "timeout"]
+    assert all(r["got"] and r["value"] == pytest.approx(0.25) for r in timeouts)
+    hello = next(r for r in rows if r["what"] == "hello")
+    assert hello["value"] == 3 + 7 and hello["nbytes"] == 3 * 8 + 8
