@@ -42,6 +42,7 @@ def get_algorithm(name: str) -> AlgorithmSpec:
 
 
 from edgeml.algorithms import ps  # noqa: E402,F401  (registers bsp, ssp, asp)
+from edgeml.algorithms import adsp, adacomm  # noqa: E402,F401  (registers adsp, adacomm, fixed_adacomm)
 
 
 def _load_plugins() -> None:

@@ -1,0 +1,164 @@
+"""ADACOMM and Fixed ADACOMM: periodic local-update SGD through a PS (Wang and Joshi 2018; adsp.txt Sec. 2.2, 5.1).
+
+Every worker takes tau local SGD steps at the local learning rate eta'(t) (the same decaying schedule as ADSP,
+``LocalSGDConfig``), pushes its accumulated update U_i = sum eta' g_i and waits for the PS. The PS waits for
+all M workers (a barrier), applies W <- W - eta U_i for each (eta = 1/M, so W becomes the average of the
+local models), and returns W with the tau of the next round.
+
+- **tau0** is chosen by a short online search unless given: each of ``tau_candidates`` runs in turn for
+  ``trial_s`` seconds (at least two rounds), and the one with the best ADSP reward wins (``fit_reward``,
+  adsp.txt Sec. 4.2: the inverse of the predicted time to reach a common target loss, fitted on the trial's
+  loss estimates; target = ``target_ratio`` times the lowest estimate of the search). Trials do not start
+  from a common state; the reward was designed for exactly that, whereas raw loss decrease per second
+  always favours the first candidate, which sees the steepest part of the curve.
+- **ADACOMM** then adapts tau every ``adapt_period_s`` seconds: tau = ceil(sqrt(L / L0) tau0) (Wang and
+  Joshi 2018), L0 being the loss when tau0 took effect. **Fixed ADACOMM** keeps tau0 (``adapt_period_s = 0``).
+- The loss L is the PS's estimate of the global model's training loss: each worker reports the loss of the
+  first mini-batch of a round, computed on the model the PS sent, and the PS averages the M reports.
+
+Time series: ``decisions`` rows name = tau (every change), tau_trial (value: the reward of a candidate,
+with its ``tau`` and the ``target``), loss0 (L0) and loss (the estimate L at each adaptation); ``staleness``
+(0 for every update).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from edgeml.algorithms import AlgorithmSpec, register
+from edgeml.algorithms.adsp import LocalSGDConfig, fit_reward
+from edgeml.errors import UserError
+from edgeml.runtime.base import Node
+
+
+@dataclass
+class AdacommConfig(LocalSGDConfig):
+    tau0: int = 0
+    """Local steps per round at the start; 0 chooses it by the search over ``tau_candidates``."""
+    tau_candidates: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    """Values of tau0 the search tries, in this order."""
+    trial_s: float = 30.0
+    """How long each candidate runs in the tau0 search (seconds; at least two rounds)."""
+    target_ratio: float = 0.5
+    """Search reward target: this fraction of the lowest loss estimate seen during the search."""
+    adapt_period_s: float = 60.0
+    """Set tau = ceil(sqrt(L / L0) tau0) every this many seconds; 0 keeps tau fixed (Fixed ADACOMM)."""
+
+    def validate(self, cfg) -> None:
+        super().validate(cfg)
+        name = cfg.run.algorithm
+        if self.tau0 < 0:
+            raise UserError(f"{name}.tau0 = {self.tau0}: must be >= 1 local steps, or 0 to search")
+        if not self.tau0 and (not self.tau_candidates or any(
+                not isinstance(t, int) or isinstance(t, bool) or t < 1 for t in self.tau_candidates)):
+            raise UserError(f"{name}.tau_candidates = {self.tau_candidates}: give a list of whole numbers >= 1")
+        if self.trial_s <= 0:
+            raise UserError(f"{name}.trial_s = {self.trial_s}: must be > 0 seconds")
+        if not 0 < self.target_ratio < 1:
+            raise UserError(f"{name}.target_ratio = {self.target_ratio}: must lie in (0, 1)")
+        if self.adapt_period_s < 0:
+            raise UserError(f"{name}.adapt_period_s = {self.adapt_period_s}: must be >= 0 seconds (0 = fixed tau)")
+
+    def first_tau(self) -> int:
+        return self.tau0 or self.tau_candidates[0]
+
+
+@dataclass
+class FixedAdacommConfig(AdacommConfig):
+    adapt_period_s: float = 0.0
+    """Fixed ADACOMM keeps tau0 for the whole run; > 0 adapts it like ADACOMM."""
+
+
+def adapted_tau(tau0: int, loss: float, loss0: float) -> int:
+    """tau = ceil(sqrt(L / L0) * tau0), at least 1 (Wang and Joshi 2018)."""
+    if not (loss0 > 0 and loss >= 0 and math.isfinite(loss)):
+        return tau0
+    return max(1, math.ceil(math.sqrt(loss / loss0) * tau0 - 1e-9))
+
+
+def adacomm_worker(node: Node) -> None:
+    a = node.algo
+    trainer = node.job.trainer(node.index, node.cfg.run.device)
+    ps = node.ranks("ps")[0]
+    update = torch.zeros_like(trainer.params)
+    tau = a.first_tau()
+    while True:
+        losses = []
+        for _ in range(tau):
+            losses.append(node.compute(trainer.gradient, samples=trainer.batch_size))
+            lr = a.local_lr(node.now())
+            update.add_(trainer.grad, alpha=lr)  # U_i <- U_i + eta' g_i
+            trainer.sgd(lr)
+        node.send(ps, "push", update=update, loss=losses[0])  # losses[0]: the loss of the model pulled
+        msg = node.recv(ps, "model")
+        trainer.params.copy_(msg["params"])
+        update.zero_()
+        tau = int(msg["tau"])
+
+
+def adacomm_server(node: Node) -> None:
+    a = node.algo
+    W = node.job.init_params.clone()
+    node.expose(W)
+    workers = node.ranks("worker")
+    eta = a.eta(len(workers))
+    tau = tau0 = a.first_tau()
+    untried = [] if a.tau0 else list(a.tau_candidates[1:])
+    searching = not a.tau0
+    trials: list[tuple[int, list[float], list[float]]] = [(tau, [], [])]  # (tau, times sent, losses)
+    loss0, next_adapt = None, math.inf
+    sent_at = 0.0
+    node.log("decisions", name="tau", value=tau)
+    while True:
+        updates, losses = {}, []
+        while len(updates) < len(workers):
+            msg = node.recv(tag="push")
+            updates[msg.src] = msg["update"]
+            losses.append(float(msg["loss"]))
+        for src in sorted(updates):
+            W.add_(updates[src], alpha=-eta)
+            node.log("staleness", worker=node.worker_index(src), staleness=0)
+        loss = sum(losses) / len(losses)  # of the model sent at `sent_at`
+        now = node.now()
+        old = tau
+        if searching:
+            _, times, trial_losses = trials[-1]
+            times.append(sent_at)
+            trial_losses.append(loss)
+            if now - times[0] >= a.trial_s and len(times) >= 2:
+                if untried:
+                    tau = untried.pop(0)
+                    trials.append((tau, [], []))
+                else:
+                    target = a.target_ratio * min(min(ls) for _, _, ls in trials)
+                    rewards = [fit_reward(ts, ls, target)[0] for _, ts, ls in trials]
+                    for (k, _, _), r in zip(trials, rewards):
+                        node.log("decisions", name="tau_trial", value=r, tau=k, target=target)
+                    tau = tau0 = trials[rewards.index(max(rewards))][0]  # the first best on ties
+                    searching = False
+        elif loss0 is None:
+            loss0, next_adapt = loss, sent_at + a.adapt_period_s if a.adapt_period_s else math.inf
+            node.log("decisions", name="loss0", value=loss0)
+        elif now >= next_adapt:
+            tau = adapted_tau(tau0, loss, loss0)
+            node.log("decisions", name="loss", value=loss)
+            while next_adapt <= now:
+                next_adapt += a.adapt_period_s
+        if tau != old:
+            node.log("decisions", name="tau", value=tau)
+        sent_at = now
+        for src in sorted(updates):
+            node.send(src, "model", params=W, tau=tau)
+
+
+def _nodes(cfg) -> list:
+    return [("ps", adacomm_server)] + [("worker", adacomm_worker)] * cfg.cluster.workers
+
+
+register(AlgorithmSpec("adacomm", "Local-update SGD with a barrier every tau steps, tau adapted to the loss",
+                       AdacommConfig, _nodes, "adsp.txt Sec. 2.2, 5.1; Wang and Joshi 2018"))
+register(AlgorithmSpec("fixed_adacomm", "ADACOMM with tau fixed (tau0 searched or given)",
+                       FixedAdacommConfig, _nodes, "adsp.txt Sec. 5.1"), "fixed-adacomm")
