@@ -7,7 +7,8 @@ Speeds are *step-time factors* relative to the fastest device (factor 1). Both b
     latency(a) + latency(b) + bytes / min(up(a), down(b)) + commit_delay (when a is a worker)
 
 where each node has one access link; servers (PS, scheduler, state server) default to an ideal link, as the
-papers put them in a datacenter. A sender's uplink transmits one message at a time (messages queue).
+papers put them in a datacenter. A sender's uplink transmits one message at a time at its own rate (messages
+queue there); a slower downlink at the receiver lengthens that message's flight only.
 
 Named profiles (``cluster.hetero``):
 - ``homogeneous``; explicit step-time ratios ``1:1:3`` (adsp.txt Sec. 2.3, one entry per worker);
@@ -130,11 +131,16 @@ class Cluster:
         return self.links.get(worker, Link()) if worker is not None else Link()
 
     def message_delay(self, src_worker: int | None, dst_worker: int | None, nbytes: int) -> tuple[float, float]:
-        """(transmission time on the sender's uplink, remaining flight time) of one message."""
+        """(time on the sender's uplink, remaining flight time) of one message.
+
+        The sender's uplink transmits its messages one after another at its own rate; a slower downlink at the
+        receiver lengthens only that message's flight. (Queueing every message at min(up, down) would make a
+        server with an ideal link send to many slow workers one at a time.)
+        """
         a, b = self.link(src_worker), self.link(dst_worker)
-        bw = min(a.up_Bps, b.down_Bps)
-        tx = nbytes / bw if bw < math.inf else 0.0
-        return tx, a.latency_s + b.latency_s + a.extra_s
+        tx = nbytes / a.up_Bps if a.up_Bps < math.inf else 0.0
+        slower = nbytes / min(a.up_Bps, b.down_Bps) if min(a.up_Bps, b.down_Bps) < math.inf else 0.0
+        return tx, a.latency_s + b.latency_s + a.extra_s + (slower - tx)
 
 
     def all_reduce_time(self, workers: list[int | None], nbytes: int) -> float:

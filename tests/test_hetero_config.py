@@ -72,3 +72,14 @@ def test_type_errors_name_the_key():
         load_config(overrides=["cluster.workers='many'"])
     with pytest.raises(UserError, match="run.backend = 'x' is not allowed"):
         load_config(overrides=["run.backend='x'"])
+
+
+def test_a_fast_sender_is_not_serialized_by_slow_receivers():
+    # a PS (ideal link) replying to many workers with 10 Mb/s downlinks: no queue at the PS,
+    # each reply takes bytes / 10 Mb/s on its own way
+    cfg = load_config(overrides=["cluster.workers=4", "network.down_mbps=10"])
+    c = build_cluster(cfg)
+    tx, flight = c.message_delay(None, 0, 125_000)
+    assert tx == 0 and flight == pytest.approx(0.1)
+    tx, flight = c.message_delay(0, None, 125_000)  # upload: unlimited here
+    assert tx == 0 and flight == 0
