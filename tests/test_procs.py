@@ -63,6 +63,15 @@ def test_throttled_step_times_and_exact_bytes(tmp_path):
     assert summary["status"] == "completed" and summary["ps_ingress_bytes"] == ps.bytes_recv
 
 
+def _wait_for_evaluations(run: Path, rows: int = 2, within: float = 60) -> Path:
+    """The run's evals.csv once it holds ``rows`` evaluations: the run is well under way."""
+    evals = run / "evals.csv"
+    deadline = time.time() + within
+    while time.time() < deadline and (not evals.exists() or len(evals.read_text().splitlines()) <= rows):
+        time.sleep(0.2)
+    return evals
+
+
 def _cli(*args, env=None, **kw):
     e = {**os.environ, "PYTHONPATH": f"{PLUGINS}{os.pathsep}{ROOT}", **(env or {})}
     return subprocess.Popen([sys.executable, "-m", "edgeml", *args], env=e, stdout=subprocess.PIPE,
@@ -86,10 +95,7 @@ def test_a_dying_worker_ends_the_run_cleanly(tmp_path):
 
 def test_ctrl_c_stops_in_order_and_keeps_results(tmp_path):
     p = _cli("run", "bsp", "--workers", "2", "--max-time", "120", "--out", str(tmp_path), "--name", "r", "-q")
-    evals = tmp_path / "r" / "evals.csv"
-    deadline = time.time() + 60
-    while time.time() < deadline and (not evals.exists() or len(evals.read_text().splitlines()) < 3):
-        time.sleep(0.2)
+    evals = _wait_for_evaluations(tmp_path / "r")
     kids = _children_alive(p.pid)
     assert len(kids) >= 4  # fork server, monitor, PS, workers
     os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
@@ -208,10 +214,7 @@ def _descendants_gone(kids: list[psutil.Process], within: float) -> bool:
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 130), (signal.SIGKILL, -9)])
 def test_killing_the_launcher_leaves_no_process_behind(tmp_path, sig, code):
     p = _cli("run", "asp", "--workers", "2", "--max-time", "120", "--out", str(tmp_path), "--name", "r", "-q")
-    evals = tmp_path / "r" / "evals.csv"
-    deadline = time.time() + 60
-    while time.time() < deadline and (not evals.exists() or len(evals.read_text().splitlines()) < 3):
-        time.sleep(0.2)
+    evals = _wait_for_evaluations(tmp_path / "r")
     kids = _children_alive(p.pid)
     assert len(kids) >= 4
     p.send_signal(sig)  # the launcher only, as `kill` or `timeout` would
