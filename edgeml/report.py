@@ -499,7 +499,8 @@ FIGURE_CAPTIONS = {
 
 
 EXPERIMENT_KEYS = {"paper", "title", "description", "seeds", "baseline", "target_accuracy", "target_loss",
-                   "differences"}
+                   "differences", "ci"}
+"""``ci = false`` keeps an experiment out of scripts/reproduce_quick.sh (e.g. it needs data CI does not have)."""
 TOP_KEYS = {"experiment", "settings", "quick", "runs", "claims"}
 RUN_KEYS = {"name", "algorithm", "config", "quick", "sweep"}
 CLAIM_KEYS = {"text", "metric", "run", "baseline", "kind", "paper_value", "op"}

@@ -16,6 +16,10 @@ fi
 cd "$root"
 for file in "${experiments[@]}"; do
   paper="$(basename "$file" .toml)"
+  if "$python" -c 'import sys; from edgeml.config import tomllib; sys.exit(0 if tomllib.load(open(sys.argv[1], "rb")).get("experiment", {}).get("ci", True) else 1)' "$file"; then :; else
+    echo "== $paper: skipped (ci = false in its [experiment])"
+    continue
+  fi
   echo "== $paper (quick) -> $out/$paper"
   "$python" -m edgeml reproduce "$paper" --quick --out "$out/$paper"
 done
