@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import sys
 import time
 
 from rich.console import Console
@@ -53,13 +52,3 @@ class RunProgress:
             self.live.start()
         if self.live is not None:
             self.live.update(self._line(row))
-
-    def _unused(self) -> None:
-        if self.quiet:
-            return
-        row = self.last
-        summary = ""
-        if row is not None and not math.isnan(row["accuracy"]):
-            summary = f": accuracy {row['accuracy']:.4f}, loss {row['loss']:.4f} after {row['total_steps']} steps"
-        self.console.print(f"[bold]{status}[/bold] ({reason}){summary}")
-        print(path, file=sys.stdout)

@@ -54,6 +54,8 @@ def run(cfg: Config, *, quiet: bool = True, path: Path | None = None) -> Path:
     from edgeml.algorithms import get_algorithm
 
     spec = get_algorithm(cfg.run.algorithm)
+    if cfg.run.device == "cuda" and not torch.cuda.is_available():
+        raise UserError("run.device = cuda but no CUDA device is visible: use --device cpu")
     path = path or run_dir_for(cfg)
     if cfg.run.backend == "procs":
         from edgeml.runtime import procs
@@ -61,8 +63,6 @@ def run(cfg: Config, *, quiet: bool = True, path: Path | None = None) -> Path:
         if procs.launched_by_torchrun():
             return procs.run_torchrun(cfg, spec, path, quiet=quiet)
         job = build_job(cfg, base_step_s=0.0)
-        if cfg.run.device == "cuda" and not torch.cuda.is_available():
-            raise UserError("run.device = cuda but no CUDA device is visible: use --device cpu")
         calibration = procs.calibrate(job)
         job.base_step_s = calibration["base_step_s"]
     else:

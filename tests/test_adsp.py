@@ -128,7 +128,7 @@ def test_equal_speeds_and_fixed_rate_reduce_to_periodic_local_sgd():
                                     "adsp.check_period_s=0.2", "adsp.epoch_s=0.4", "adsp.fixed_rate=2",
                                     f"adsp.lr={lr}", "adsp.lr_decay=1.0")
     assert status == "completed"
-    ps = kernel.nodes[kernel.nodes_by_role("ps")[0]]
+    ps = kernel.nodes[kernel.roles["ps"][0]]
     stale = pd.DataFrame([r for s, r in ps.series if s == "staleness"])
     rounds = stale.groupby("time_s")
     assert len(rounds) == 5 and all(len(g) == M for _, g in rounds)  # all workers commit together

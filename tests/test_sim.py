@@ -16,14 +16,14 @@ from edgeml.train import build_job
 
 
 def ps_params(kernel):
-    return kernel.nodes[kernel.nodes_by_role("ps")[0]].exposed
+    return kernel.nodes[kernel.roles["ps"][0]].exposed
 
 
 def test_bsp_with_one_worker_equals_plain_sgd():
     kernel, _, status, _ = simulate("run.algorithm='bsp'", "cluster.workers=1", "stop.max_steps=25",
                                     "stop.max_time=0", "bsp.lr=0.05", "bsp.global_lr=1.0")
     assert status == "completed"
-    ps = kernel.nodes[kernel.nodes_by_role("ps")[0]]
+    ps = kernel.nodes[kernel.roles["ps"][0]]
     applied = ps.counters.messages_recv
     assert applied >= 20
     job = build_job(kernel.job.cfg)
@@ -76,7 +76,7 @@ def test_exact_byte_counts():
     P = kernel.job.init_params.numel()
     push = 4 * P + 8  # float32 update + one 8-byte scalar (the batch loss)
     pull = 4 * P
-    ps = kernel.nodes[kernel.nodes_by_role("ps")[0]]
+    ps = kernel.nodes[kernel.roles["ps"][0]]
     workers = [n for n in kernel.nodes.values() if n.info.role == "worker"]
     assert ps.counters.bytes_recv == ps.counters.messages_recv * push
     assert ps.counters.bytes_sent == ps.counters.messages_sent * pull

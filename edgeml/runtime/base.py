@@ -234,5 +234,15 @@ class Node:
         self.series.append((series, {"time_s": self.now(), "rank": self.rank, "role": self.role, **fields}))
 
 
+def layout(programs: list[tuple[str, Any]]) -> tuple[dict[str, list[int]], dict[int, NodeInfo]]:
+    """Ranks of each role and each node's identity, for programs listed in rank order from rank 1
+    (rank 0 is the monitor)."""
+    roles: dict[str, list[int]] = {}
+    for rank, (role, _) in enumerate(programs, start=1):
+        roles.setdefault(role, []).append(rank)
+    infos = {r: NodeInfo(r, role, roles[role].index(r)) for r, (role, _) in enumerate(programs, start=1)}
+    return roles, infos
+
+
 def matches(msg: Message, src: int | None, tag: str | None) -> bool:
     return (src is None or msg.src == src) and (tag is None or msg.tag == tag)

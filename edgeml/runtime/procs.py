@@ -40,7 +40,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from edgeml.metrics import Monitor, NodeReport, RunWriter, Totals
-from edgeml.runtime.base import Counters, Message, Node, NodeCrashed, NodeInfo, StopRun, matches
+from edgeml.runtime.base import Counters, Message, Node, NodeCrashed, NodeInfo, StopRun, layout, matches
 
 CONTROL = "__"  # tags of runtime control traffic start with this; it is never counted as algorithm bytes
 STATS_INTERVAL_S = 0.25
@@ -328,13 +328,6 @@ def _die_with_parent() -> None:
         pass
 
 
-def _roles(programs: list[tuple[str, Any]]) -> dict[str, list[int]]:
-    roles: dict[str, list[int]] = {}
-    for rank, (role, _) in enumerate(programs, start=1):
-        roles.setdefault(role, []).append(rank)
-    return roles
-
-
 def _init(rank: int, world: int, init_method: str, roles: dict[str, list[int]]) -> dict:
     dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
                             timeout=timedelta(seconds=60))
@@ -362,8 +355,8 @@ def node_main(rank: int, world: int, init_method: str, job, standalone: bool = T
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher handles Ctrl-C and stops us in order
     torch.set_num_threads(job.cfg.run.threads)
     programs = get_algorithm(job.cfg.run.algorithm).nodes(job.cfg)
-    roles = _roles(programs)
-    role, program = programs[rank - 1]
+    roles, infos = layout(programs)
+    program = programs[rank - 1][1]
     groups = _init(rank, world, init_method, roles)
     transport = Transport(rank)
     with transport.cond:  # wait for the monitor's start signal (carries the shared clock epoch)
@@ -375,7 +368,7 @@ def node_main(rank: int, world: int, init_method: str, job, standalone: bool = T
                 os._exit(3)
             transport.cond.wait(1.0)
     job.base_step_s = msg["base_step_s"]
-    node = ProcsNode(NodeInfo(rank, role, roles[role].index(rank)), roles, job, transport, msg["epoch"], groups)
+    node = ProcsNode(infos[rank], roles, job, transport, msg["epoch"], groups)
     if job.cfg.run.device == "cuda":
         torch.cuda.set_device(0)
     error = ""
@@ -388,8 +381,7 @@ def node_main(rank: int, world: int, init_method: str, job, standalone: bool = T
         pass
     except BaseException:
         error = traceback.format_exc()
-    try:
-        node.counters  # final report: counters, remaining series, error if any
+    try:  # final report: error if any, the final model, counters and remaining series
         if error:
             transport.send(0, CONTROL + "error", {}, {"error": error.strip().splitlines()[-1], "trace": error})
         if node.exposed is not None and node.crashed_at is None:
@@ -420,8 +412,7 @@ def monitor_main(world: int, init_method: str, job, path: str, quiet: bool, cont
         _die_with_parent()
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(max(1, job.cfg.run.threads))
-    programs = get_algorithm(job.cfg.run.algorithm).nodes(job.cfg)
-    roles = _roles(programs)
+    roles, infos = layout(get_algorithm(job.cfg.run.algorithm).nodes(job.cfg))
     _init(0, world, init_method, roles)
     transport = Transport(0)
     writer = RunWriter.attach(Path(path))
@@ -430,7 +421,6 @@ def monitor_main(world: int, init_method: str, job, path: str, quiet: bool, cont
     epoch = time.time() + 0.2
     for r in range(1, world):
         transport.send(r, CONTROL + "start", {"epoch": epoch, "base_step_s": job.base_step_s}, {})
-    infos = {r: NodeInfo(r, role, roles[role].index(r)) for r, (role, _) in enumerate(programs, start=1)}
     reports = {r: NodeReport(infos[r], Counters()) for r in infos}
     series: list = []
     final: set[int] = set()

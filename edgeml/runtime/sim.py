@@ -20,7 +20,7 @@ from typing import Any, Callable
 import torch
 
 from edgeml.metrics import Monitor, NodeReport, Totals
-from edgeml.runtime.base import Message, Node, NodeCrashed, NodeInfo, StopRun, matches
+from edgeml.runtime.base import Message, Node, NodeCrashed, NodeInfo, StopRun, layout, matches
 
 threading.stack_size(1 << 20)  # many node threads, shallow stacks
 
@@ -149,13 +149,9 @@ class Kernel:
         self.error: tuple[NodeInfo, BaseException, str] | None = None
         self.groups: dict[str, dict[int, torch.Tensor]] = {}
         self.last_reduce_s: dict[str, float] = {}
-        roles: dict[str, list[int]] = {}
-        for rank, (role, _) in enumerate(programs, start=1):
-            roles.setdefault(role, []).append(rank)
-        self.nodes: dict[int, SimNode] = {}
-        for rank, (role, program) in enumerate(programs, start=1):
-            info = NodeInfo(rank, role, roles[role].index(rank))
-            self.nodes[rank] = SimNode(self, info, roles, job, program)
+        self.roles, infos = layout(programs)
+        self.nodes = {r: SimNode(self, infos[r], self.roles, job, program)
+                      for r, (_, program) in enumerate(programs, start=1)}
 
     def schedule(self, t: float, fn: Callable, *args: Any) -> None:
         heapq.heappush(self.heap, (t, next(self.seq), fn, args))
@@ -235,7 +231,7 @@ class Kernel:
             node.thread.start()
             self.schedule(0.0, self.wake, node, node.token)
         for w, t in self.job.cluster.crash_times.items():
-            self.schedule(t, self.crash, self.nodes[self.nodes_by_role("worker")[w]])
+            self.schedule(t, self.crash, self.nodes[self.roles["worker"][w]])
         self.schedule(0.0, self._evaluate)
         max_time = self.job.cfg.stop.max_time
         if max_time:
@@ -270,6 +266,3 @@ class Kernel:
             for node in self.nodes.values():
                 self.kill(node, StopRun())
         return status, reason
-
-    def nodes_by_role(self, role: str) -> list[int]:
-        return [r for r, n in self.nodes.items() if n.info.role == role]
