@@ -760,18 +760,37 @@ def write_report(exp: Experiment, out: Path, cmp: Comparison, claims: list[dict]
     return path
 
 
-def _prepare_out(out: Path) -> None:
-    """Start a fresh reproduction, but never clear a directory that reproduce did not write."""
+def _prepare_out(out: Path, resume: bool) -> None:
+    """Start a fresh reproduction (or continue one), but never clear a directory reproduce did not write."""
     if out.exists() and not (out / "experiment.toml").exists() and {p.name for p in out.iterdir()} - {"quick"}:
         raise UserError(f"{out} exists and was not written by edgeml reproduce: choose a new or empty --out")
-    for sub in ("runs", "figures"):
+    for sub in ("figures",) if resume else ("runs", "figures"):
         shutil.rmtree(out / sub, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
 
 
+def _finished(path: Path, cfg, quick: bool) -> bool:
+    """Whether ``path`` holds a finished run of exactly ``cfg`` from this reproduction (``--resume`` keeps it)."""
+    import tomli_w
+
+    from edgeml.metrics import _toml_safe
+
+    try:
+        done = json.loads((path / "summary.json").read_text())
+        tag = json.loads((path / "experiment.json").read_text())
+        same = (path / "config.toml").read_text() == tomli_w.dumps(_toml_safe(cfg.to_dict()))
+    except (OSError, ValueError):
+        return False
+    return same and tag.get("quick") == quick and done.get("status") in ("completed", "stopped")
+
+
 def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: list[int] | None = None,
-              backend: str | None = None, console: Console | None = None, command_line: str = "") -> Path:
-    """Run every run of an experiment; write the table, the figures and REPORT.md; return the output folder."""
+              backend: str | None = None, console: Console | None = None, command_line: str = "",
+              resume: bool = False) -> Path:
+    """Run every run of an experiment; write the table, the figures and REPORT.md; return the output folder.
+
+    With ``resume``, a run whose directory already holds a finished run of the same configuration is kept
+    rather than run again (a reproduction that was stopped continues where it stopped)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from edgeml.config import build_config
@@ -781,7 +800,7 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
     exp = load_experiment(paper)
     planned = plan(exp, quick, seeds, backend)
     out = Path(out) if out else Path("results") / exp.paper / ("quick" if quick else "")
-    _prepare_out(out)
+    _prepare_out(out, resume)
     shutil.copyfile(exp.source, out / "experiment.toml")
     paths = []
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -791,12 +810,16 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
         for k, p in enumerate(planned, 1):
             progress.update(task, description=f"{exp.paper}: [cyan]{p.name}[/] ({p.algorithm}) seed {p.seed}")
             cfg = build_config({**p.layers, "run": {**p.layers["run"], "name": p.dirname, "out": str(out / "runs")}})
-            path = run_config(cfg, quiet=True, path=out / "runs" / p.dirname)
-            (path / "experiment.json").write_text(json.dumps({"paper": exp.paper, "run": p.name, "seed": p.seed,
-                                                              "quick": quick}))
+            path = out / "runs" / p.dirname
+            kept = resume and _finished(path, cfg, quick)
+            if not kept:
+                shutil.rmtree(path, ignore_errors=True)
+                path = run_config(cfg, quiet=True, path=path)
+                (path / "experiment.json").write_text(json.dumps({"paper": exp.paper, "run": p.name, "seed": p.seed,
+                                                                  "quick": quick}))
             s = json.loads((path / "summary.json").read_text())
             acc = s.get("final_accuracy")
-            progress.console.print(f"[{k}/{len(planned)}] {p.name} seed {p.seed}: "
+            progress.console.print(f"[{k}/{len(planned)}] {p.name} seed {p.seed}{' (kept)' if kept else ''}: "
                                    f"{'accuracy %.3f' % acc if acc is not None else 'no evaluation'}, "
                                    f"{s.get('total_steps')} steps ({s.get('stop_reason')})", highlight=False)
             progress.advance(task)
@@ -857,6 +880,8 @@ def reproduce_cmd(
     out: Optional[Path] = typer.Option(None, help="Output folder (default results/<paper>/, or .../quick/)."),
     seeds: Optional[str] = typer.Option(None, help="Comma-separated seeds replacing the experiment's, e.g. 0,1,2."),
     backend: Optional[str] = typer.Option(None, help="procs or sim for every run."),
+    resume: bool = typer.Option(False, "--resume", help="Keep runs already finished in the output folder with the "
+                                                         "same configuration; run only the rest."),
 ) -> None:
     """Run a paper's experiment: the system and its baselines; write table, figures and REPORT.md."""
     seed_list = None
@@ -867,4 +892,4 @@ def reproduce_cmd(
             raise UserError(f"--seeds {seeds!r}: give comma-separated integers, e.g. --seeds 0,1,2") from None
     line = " ".join(["edgeml reproduce", paper] + (["--quick"] if quick else []) + ([f"--out {out}"] if out else [])
                     + ([f"--seeds {seeds}"] if seeds else []) + ([f"--backend {backend}"] if backend else []))
-    print(reproduce(paper, quick, out, seed_list, backend, command_line=line) / "REPORT.md")
+    print(reproduce(paper, quick, out, seed_list, backend, command_line=line, resume=resume) / "REPORT.md")

@@ -124,3 +124,24 @@ def test_quick_baselines_reproduction(tmp_path):
     assert sorted({r.label for r in runs}) == ["asp", "bsp", "ssp"] and len(runs) == 6
     again = CliRunner().invoke(cli.app, ["compare", str(out / "runs"), "--target-accuracy", "0.85"])
     assert again.exit_code == 0 and "speedup vs bsp" in again.output
+
+
+def test_resume_keeps_finished_runs_and_reruns_the_rest(tmp_path, toy):
+    out = tmp_path / "out"
+    reproduce(toy, quick=True, out=out, seeds=[0])
+    runs = out / "runs"
+    kept = runs / "ssp-tight-s0"
+    before = (kept / "summary.json").stat().st_mtime_ns
+    (runs / "bsp_cluster.hetero=1_3-s0" / "summary.json").unlink()   # as if stopped during this run
+    changed = runs / "bsp_cluster.hetero=H=1-s0" / "config.toml"
+    changed.write_text(changed.read_text().replace("max_time = 2", "max_time = 1"))  # a different config
+    cli._register_extensions()
+    result = CliRunner().invoke(cli.app, ["reproduce", toy, "--quick", "--seeds", "0", "--out", str(out), "--resume"])
+    assert result.exit_code == 0, result.output
+    assert "ssp-tight seed 0 (kept)" in result.output and result.output.count("(kept)") == 1
+    assert (kept / "summary.json").stat().st_mtime_ns == before
+    assert "max_time = 2" in changed.read_text()
+    assert (runs / "bsp_cluster.hetero=1_3-s0" / "summary.json").exists()
+    # without --resume everything runs again
+    reproduce(toy, quick=True, out=out, seeds=[0])
+    assert (kept / "summary.json").stat().st_mtime_ns != before
