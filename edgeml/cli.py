@@ -146,7 +146,7 @@ def list_(what: str = typer.Argument("all", help="algorithms, datasets, models, 
 def _register_extensions() -> None:
     """Commands that live in other modules (compare, plot, reproduce) register themselves on ``app``."""
     try:
-        from edgeml import report  # noqa: F401
+        from edgeml import report, reproduce  # noqa: F401
     except ImportError:
         pass
 

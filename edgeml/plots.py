@@ -189,3 +189,33 @@ def decisions(df: pd.DataFrame, context: str = "") -> Figure:
     _one_legend(fig, axes, "run")
     _title(fig, "Quantities the algorithms decided as they ran (one line per node and seed)", context)
     return fig
+
+
+def commits(df: pd.DataFrame, context: str = "") -> Figure:
+    """Commit counts at the scheduler's checkpoints: every worker's count against C_target, and their spread.
+
+    Theorem 2 of adsp.txt: with commit rates dC_i = C_target - c_i, all workers' counts stay roughly equal."""
+    runs = _order(df)
+    pal = _palette(runs)
+    fig, axes = _figure(1, 2, 11, 4.6)
+    for run in runs:
+        d = df[df["run"] == run]
+        for (_, _), w in d.groupby(["seed", "worker"]):
+            axes[0].plot(w["time_s"], w["commits"], color=pal[run], lw=0.8, alpha=0.45, drawstyle="steps-post")
+        target = d.groupby("time_s", as_index=False)["target"].max()
+        axes[0].plot(target["time_s"], target["target"], color=pal[run], lw=1.6, ls="--", drawstyle="steps-post")
+    axes[0].set_xlabel("training time (s)")
+    axes[0].set_ylabel("commits so far")
+    axes[0].set_title("each worker's commits (thin) and C_target (dashed)")
+    spread = (df.groupby(["run", "seed", "time_s"], sort=False)["commits"].agg(lambda c: c.max() - c.min())
+              .rename("spread").reset_index())
+    sns.lineplot(data=spread, x="time_s", y="spread", hue="run", hue_order=runs, palette=pal, errorbar=_band,
+                 drawstyle="steps-post", ax=axes[1])
+    axes[1].set_xlabel("training time (s)")
+    axes[1].set_ylabel("max - min commits over workers")
+    axes[1].set_title("spread of the commit counts at each checkpoint")
+    axes[1].yaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[1].set_ylim(-0.15, max(1.0, float(spread["spread"].max())) + 0.5)  # a spread of 0 stays visible
+    _one_legend(fig, axes, "run")
+    _title(fig, "Commit counts of the workers at each checkpoint (adsp.txt Theorem 2)", context)
+    return fig

@@ -66,19 +66,32 @@ def test_breakdown_throughput_staleness_decisions_axes():
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["adsp", "esync"]
 
 
+def test_commits_figure_shows_counts_target_and_spread():
+    df = pd.DataFrame({"run": "adsp", "seed": 0, "time_s": [4.0, 4.0, 8.0, 8.0], "worker": [0, 1, 0, 1],
+                       "commits": [1, 0, 2, 2], "target": [1, 1, 2, 2]})
+    fig = plots.commits(df)
+    counts, spread = fig.axes[:2]
+    assert (counts.get_ylabel(), spread.get_ylabel()) == ("commits so far", "max - min commits over workers")
+    assert len(counts.lines) == 3  # two workers and C_target
+    assert list(spread.lines[0].get_ydata()) == [1, 0]  # one apart at the first checkpoint, equal at the second
+
+
 def test_plot_command_writes_every_figure(tmp_path):
     staleness = pd.DataFrame({"time_s": [0.1, 0.2], "rank": [1, 1], "role": "ps", "worker": [0, 1],
                               "staleness": [0, 2]})
     decisions = pd.DataFrame({"time_s": [0.0, 1.0], "rank": [1, 1], "role": "ps", "name": "c_target",
                               "value": [2.0, 3.0]})
+    commits = pd.DataFrame({"time_s": [4.0, 4.0, 8.0, 8.0], "rank": 2, "role": "scheduler", "checkpoint": [1, 1, 2, 2],
+                            "worker": [0, 1, 0, 1], "commits": [1, 0, 2, 2], "target": [1, 1, 2, 2]})
     for seed in (0, 1):
         make_run(tmp_path / "runs", f"bsp{seed}", "bsp", seed)
-        make_run(tmp_path / "runs", f"asp{seed}", "asp", seed, series={"staleness": staleness, "decisions": decisions})
+        make_run(tmp_path / "runs", f"asp{seed}", "asp", seed,
+                 series={"staleness": staleness, "decisions": decisions, "commits": commits})
     cli._register_extensions()
     result = CliRunner().invoke(cli.app, ["plot", str(tmp_path / "runs"), "--out", str(tmp_path / "fig")])
     assert result.exit_code == 0, result.output
     names = ["convergence_time", "convergence_steps", "convergence_bytes", "time_breakdown", "throughput",
-             "staleness", "decisions"]
+             "staleness", "decisions", "commits"]
     for name in names:
         for ext in ("png", "pdf"):
             path = tmp_path / "fig" / f"{name}.{ext}"

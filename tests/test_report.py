@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 
 from edgeml import cli
 from edgeml.errors import UserError
-from edgeml.report import (Target, bootstrap_ci, choose_target, compare, evaluate_claim, find_runs, load_runs,
+from edgeml.report import (Target, bootstrap_ci, choose_target, compare, find_runs, load_runs,
                            per_run_table)
+from edgeml.reproduce import evaluate_claim
 
 
 def make_run(root: Path, name: str, algorithm: str = "bsp", seed: int = 0, times=(0, 1, 2, 3),

@@ -8,7 +8,8 @@ from typer.testing import CliRunner
 
 from edgeml import cli
 from edgeml.errors import UserError
-from edgeml.report import load_experiment, load_runs, plan, reproduce
+from edgeml.report import load_runs
+from edgeml.reproduce import load_experiment, plan, reproduce
 
 EXPERIMENT = """
 [experiment]
@@ -145,3 +146,14 @@ def test_resume_keeps_finished_runs_and_reruns_the_rest(tmp_path, toy):
     # without --resume everything runs again
     reproduce(toy, quick=True, out=out, seeds=[0])
     assert (kept / "summary.json").stat().st_mtime_ns != before
+
+
+def test_runs_naming_a_figure_are_drawn_together(tmp_path, toy):
+    grouped = tmp_path / "grouped.toml"
+    grouped.write_text(open(toy).read().replace('name = "ssp-tight"', 'name = "ssp-tight"\nfigure = "Fig. 2: SSP"'))
+    out = reproduce(str(grouped), quick=True, out=tmp_path / "out", seeds=[0])
+    assert (out / "figures" / "convergence_time.png").exists()             # the runs that name no figure
+    assert (out / "figures" / "fig-2" / "convergence_time.png").exists()   # the group "Fig. 2: SSP"
+    report = (out / "REPORT.md").read_text()
+    assert "### Fig. 2: SSP" in report and "Runs: `ssp-tight`." in report
+    assert "![convergence_time](figures/fig-2/convergence_time.png)" in report
