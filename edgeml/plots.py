@@ -18,7 +18,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from matplotlib.ticker import MaxNLocator, ScalarFormatter  # noqa: E402
 
 X_AXES = {"time_s": "training time (s)", "total_steps": "total steps over all workers",
           "total_mb": "bytes sent by all nodes (MB)"}
@@ -218,4 +218,29 @@ def commits(df: pd.DataFrame, context: str = "") -> Figure:
     axes[1].set_ylim(-0.15, max(1.0, float(spread["spread"].max())) + 0.5)  # a spread of 0 stays visible
     _one_legend(fig, axes, "run")
     _title(fig, "Commit counts of the workers at each checkpoint (adsp.txt Theorem 2)", context)
+    return fig
+
+
+def against_sweep(df: pd.DataFrame, key: str, metrics: list[str], target: str = "", context: str = "") -> Figure:
+    """One panel per metric against the swept config value ``key``: a point per seed, the mean as a line."""
+    ncols = min(len(metrics), 3)
+    nrows = math.ceil(len(metrics) / ncols)
+    fig, axes = _figure(nrows, ncols, max(6.0, 4.6 * ncols), 3.6 * nrows + 1.0)
+    values = pd.to_numeric(df[key], errors="coerce")
+    numeric = values.notna().all()
+    data = df.assign(**{key: values if numeric else df[key].astype(str)})
+    for ax, metric in zip(axes, metrics):
+        d = data.dropna(subset=[metric])
+        sns.lineplot(data=d, x=key, y=metric, estimator="mean", errorbar=None, marker="o", color="#4C72B0", ax=ax)
+        sns.scatterplot(data=d, x=key, y=metric, color="#4C72B0", alpha=0.4, ax=ax, legend=False)
+        if numeric and values.min() > 0 and values.max() / values.min() >= 8:
+            ax.set_xscale("log", base=2)
+            ax.xaxis.set_major_formatter(ScalarFormatter())
+        label = f"time to {target} (s)" if metric == "time_to_target" and target else metric
+        ax.set_xlabel(key)
+        ax.set_ylabel(label)
+        ax.set_title(f"{label} against {key}")
+    for ax in axes[len(metrics):]:
+        ax.set_visible(False)
+    _title(fig, f"Against the swept {key}", context)
     return fig

@@ -29,6 +29,9 @@ Experiment file ``experiments/<paper>.toml``::
                                  # named "ssp[cluster.hetero=H=2]"
     figure = "Fig. 1: time breakdown"   # optional: runs naming the same figure are drawn together, in
                                  # figures/<text before the colon, as a slug>/ (e.g. figures/fig-1/)
+    against_sweep = ["time_to_target", "mu_implicit"]   # optional, with a one-key sweep: a figure of these
+                                 # against the swept value (compare-table columns, or decided quantities
+                                 # from series/decisions.csv, averaged over the run)
 
     [[claims]]
     text = "ADSP converges 80% faster than BSP"
@@ -86,7 +89,7 @@ EXPERIMENT_KEYS = {"paper", "title", "description", "seeds", "baseline", "target
                    "differences", "ci"}
 """``ci = false`` keeps an experiment out of scripts/reproduce_quick.sh (e.g. it needs data CI does not have)."""
 TOP_KEYS = {"experiment", "settings", "quick", "runs", "claims"}
-RUN_KEYS = {"name", "algorithm", "config", "quick", "sweep", "figure"}
+RUN_KEYS = {"name", "algorithm", "config", "quick", "sweep", "figure", "against_sweep"}
 CLAIM_KEYS = {"text", "metric", "run", "baseline", "kind", "paper_value", "op"}
 CLAIM_KINDS = ("reduction", "ratio", "value")
 
@@ -115,6 +118,8 @@ class PlannedRun:
     layers: dict
     extra: dict = field(default_factory=dict)  # this run's own layers, for the report
     figure: str = ""  # the figure group it is drawn in ("" : the experiment's one set of figures)
+    spec: str = ""    # the [[runs]] entry it comes from (its name)
+    point: dict = field(default_factory=dict)  # its sweep values, {"section.key": value}
 
     @property
     def dirname(self) -> str:
@@ -159,6 +164,11 @@ def load_experiment(paper: str) -> Experiment:
         if "algorithm" not in r:
             raise UserError(f"{path}: a [[runs]] entry has no algorithm: add algorithm = \"...\"")
         r.setdefault("name", r["algorithm"])
+    for r in runs:
+        against = r.get("against_sweep")
+        if against is not None and (len(r.get("sweep") or {}) != 1 or not isinstance(against, list)):
+            raise UserError(f"{path}: run {r['name']!r}: against_sweep needs a sweep over one key and a list of "
+                            f"metrics, e.g. against_sweep = [\"time_to_target\"]")
     names = [r["name"] for r in runs]
     if len(set(names)) != len(names):
         raise UserError(f"{path}: run names must be unique, got {', '.join(names)}: give each [[runs]] a name")
@@ -212,7 +222,8 @@ def plan(exp: Experiment, quick: bool = False, seeds: list[int] | None = None,
             for seed in seeds or exp.seeds:
                 run = {"algorithm": spec["algorithm"], "seed": seed, **({"backend": backend} if backend else {})}
                 p = PlannedRun(name, spec["algorithm"], seed, merge(*layers, point, {"run": run}),
-                               merge(*own, point), str(spec.get("figure", "")))
+                               merge(*own, point), str(spec.get("figure", "")), spec["name"],
+                               {f"{sec}.{k}": v for sec, kv in point.items() for k, v in kv.items()})
                 try:
                     build_config(p.layers)
                 except UserError as exc:
@@ -296,6 +307,38 @@ def _toml(layers: dict) -> str:
     return tomli_w.dumps(layers).strip() if layers else "(none)"
 
 
+def sweep_figure(spec: dict, planned: list[PlannedRun], runs: list[Run], cmp: Comparison, out: Path) -> list[Path]:
+    """The run's ``against_sweep`` metrics against its swept value (one point per seed; PNG and PDF)."""
+    from edgeml import plots
+    from edgeml.report import _context
+
+    key = next(iter(spec["sweep"]))
+    value = {p.name: p.point[key] for p in planned if p.spec == spec["name"]}
+    per_run = cmp.per_run.set_index(["run", "seed"])
+    rows = []
+    for r in runs:
+        if r.label not in value:
+            continue
+        row = {"run": r.label, "seed": r.seed, key: value[r.label]}
+        decisions = r.table("series/decisions.csv", ("name", "value"), required=False)
+        for metric in spec["against_sweep"]:
+            if metric in per_run.columns:
+                row[metric] = per_run.loc[(r.label, r.seed), metric]
+            elif decisions is not None and (decisions["name"] == metric).any():
+                row[metric] = decisions.loc[decisions["name"] == metric, "value"].mean()
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    metrics = [m for m in spec["against_sweep"] if m in df.columns]
+    if df.empty or not metrics:
+        return []
+    fig = plots.against_sweep(df, key, metrics, str(cmp.target), _context([r for r in runs if r.label in value]))
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"sweep_{figure_dir(spec['name'])}.{ext}" for ext in ("png", "pdf")]
+    for path in paths:
+        fig.savefig(path, dpi=150)
+    return paths
+
+
 def figure_dir(title: str) -> str:
     """Folder of a figure group under figures/: "Fig. 4: convergence" -> "fig-4" ("" for the default group)."""
     return re.sub(r"[^a-z0-9]+", "-", title.split(":", 1)[0].lower()).strip("-")
@@ -336,7 +379,8 @@ def write_report(exp: Experiment, out: Path, cmp: Comparison, claims: list[dict]
         for p in paths:
             if p.suffix == ".png":
                 rel = p.relative_to(out).as_posix()
-                caption = FIGURE_CAPTIONS.get(p.stem, p.stem)
+                caption = FIGURE_CAPTIONS.get(p.stem, "Measured against the swept value, one point per seed"
+                                              if p.stem.startswith("sweep_") else p.stem)
                 lines += [f"**{caption}** ([PDF]({rel[:-4]}.pdf))", "", f"![{p.stem}]({rel})", ""]
     lines += ["## Differences from the paper", "", exp.differences.strip() or "(none noted)", ""]
     if quick:
@@ -424,6 +468,9 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
             group = [r for r in runs if r.label in names]
             figures[title] = write_figures(group, out / "figures" / figure_dir(title),
                                            cmp.per_run[cmp.per_run["run"].isin(names)])
+            for spec in exp.runs:
+                if spec.get("against_sweep") and spec.get("figure", "") == title:
+                    figures[title] += sweep_figure(spec, planned, runs, cmp, out / "figures" / figure_dir(title))
         claims = [evaluate_claim(c, cmp.table, exp.baseline) for c in exp.claims]
         write_report(exp, out, cmp, claims, figures, planned,
                      command_line or f"edgeml reproduce {paper}" + (" --quick" if quick else ""), quick, runs)

@@ -157,3 +157,18 @@ def test_runs_naming_a_figure_are_drawn_together(tmp_path, toy):
     report = (out / "REPORT.md").read_text()
     assert "### Fig. 2: SSP" in report and "Runs: `ssp-tight`." in report
     assert "![convergence_time](figures/fig-2/convergence_time.png)" in report
+
+
+def test_against_sweep_draws_metrics_against_the_swept_value(tmp_path, toy):
+    swept = tmp_path / "swept.toml"
+    swept.write_text(open(toy).read().replace(
+        'config = { ssp = { staleness = 1 } }',
+        'sweep = { "ssp.staleness" = [0, 2] }\nagainst_sweep = ["final_accuracy", "total_steps"]').replace(
+        'run = "ssp-tight"', 'run = "ssp-tight[ssp.staleness=2]"'))
+    out = reproduce(str(swept), quick=True, out=tmp_path / "out", seeds=[0, 1])
+    fig = out / "figures" / "sweep_ssp-tight.png"
+    assert fig.stat().st_size > 1000 and "![sweep_ssp-tight](figures/sweep_ssp-tight.png)" in (out / "REPORT.md").read_text()
+    bad = tmp_path / "bad.toml"
+    bad.write_text(open(toy).read().replace('name = "ssp-tight"', 'name = "ssp-tight"\nagainst_sweep = ["x"]'))
+    with pytest.raises(UserError, match="against_sweep needs a sweep over one key"):
+        load_experiment(str(bad))
