@@ -33,6 +33,9 @@ def test_wire_format_round_trip():
             assert out[key].dtype == value.dtype and torch.equal(out[key], value)
         else:
             assert out[key] == value
+    framed = encode("push", data, {"nbytes": 12}, framed=True)
+    assert int(framed[:8].view(torch.int64)) == framed.numel() - 8  # the length prefix the receiver reads
+    assert torch.equal(framed[8:], encode("push", data, {"nbytes": 12}))
 
 
 def _children_alive(pid: int) -> list[psutil.Process]:

@@ -54,8 +54,10 @@ measure the transport rather than the algorithm."""
 
 # ------------------------------------------------------------------------------------------- wire format
 
-def encode(tag: str, data: dict[str, Any], meta: dict[str, Any]) -> torch.Tensor:
-    """One uint8 buffer: [8-byte header length][pickled header, padded to 8][tensor bytes, each padded to 8]."""
+def encode(tag: str, data: dict[str, Any], meta: dict[str, Any], framed: bool = False) -> torch.Tensor:
+    """One uint8 buffer: [8-byte header length][pickled header, padded to 8][tensor bytes, each padded to 8].
+
+    ``framed`` prefixes the buffer's own length (8 bytes), as the transport sends it, in the same single copy."""
     specs, blobs, scalars, offset = [], [], {}, 0
     for key, value in data.items():
         if isinstance(value, torch.Tensor):
@@ -71,7 +73,8 @@ def encode(tag: str, data: dict[str, Any], meta: dict[str, Any]) -> torch.Tensor
             scalars[key] = value
     header = pickle.dumps((tag, specs, scalars, meta))
     header += b"\0" * ((-len(header)) % 8)
-    head = torch.frombuffer(bytearray(len(header).to_bytes(8, "little") + header), dtype=torch.uint8)
+    prefix = (8 + len(header) + offset).to_bytes(8, "little") if framed else b""
+    head = torch.frombuffer(bytearray(prefix + len(header).to_bytes(8, "little") + header), dtype=torch.uint8)
     return torch.cat([head, *blobs]) if blobs else head
 
 
@@ -104,8 +107,7 @@ class Transport:
     def send(self, dst: int, tag: str, data: dict[str, Any], meta: dict[str, Any]) -> None:
         # one gloo message when it fits the receiver's chunk buffer (gloo accepts a larger receive buffer),
         # else the first chunk, whose length field announces the rest, then the rest
-        buf = encode(tag, data, meta)
-        framed = torch.cat([torch.tensor([buf.numel()], dtype=torch.int64).view(torch.uint8), buf])
+        framed = encode(tag, data, meta, framed=True)
         dist.send(framed[:CHUNK_BYTES], dst, tag=1)
         if framed.numel() > CHUNK_BYTES:
             dist.send(framed[CHUNK_BYTES:], dst, tag=2)
