@@ -55,6 +55,7 @@ count as infinite time, so a run that never reaches the target cannot be "faster
 
 from __future__ import annotations
 
+import fnmatch
 import itertools
 import json
 import math
@@ -258,6 +259,8 @@ def evaluate_claim(claim: dict, table: pd.DataFrame, default_baseline: str) -> d
         return math.inf if math.isnan(v) and _is_inf_if_missing(metric) else v
 
     run = claim["run"]
+    if run not in t.index:
+        return {**row, "measured": "n/a", "verdict": f"not measured: no run {run!r}"}
     if kind == "value":
         m = value(run)
     else:
@@ -404,27 +407,33 @@ def _prepare_out(out: Path, resume: bool) -> None:
 
 
 def _finished(path: Path, cfg, quick: bool) -> bool:
-    """Whether ``path`` holds a finished run of exactly ``cfg`` from this reproduction (``--resume`` keeps it)."""
-    import tomli_w
+    """Whether ``path`` holds a finished run of exactly ``cfg`` from this reproduction (``--resume`` keeps it).
 
+    The output folder itself (``run.out``) may differ: a reproduction can be continued from another place."""
+    from edgeml.config import read_toml
     from edgeml.metrics import _toml_safe
+
+    def comparable(config: dict) -> dict:
+        return {**config, "run": {k: v for k, v in config.get("run", {}).items() if k != "out"}}
 
     try:
         done = json.loads((path / "summary.json").read_text())
         tag = json.loads((path / "experiment.json").read_text())
-        same = (path / "config.toml").read_text() == tomli_w.dumps(_toml_safe(cfg.to_dict()))
-    except (OSError, ValueError):
+        same = comparable(read_toml(path / "config.toml")) == comparable(_toml_safe(cfg.to_dict()))
+    except (OSError, ValueError, UserError):
         return False
     return same and tag.get("quick") == quick and done.get("status") in ("completed", "stopped")
 
 
 def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: list[int] | None = None,
               backend: str | None = None, console: Console | None = None, command_line: str = "",
-              resume: bool = False) -> Path:
+              resume: bool = False, only: str | None = None) -> Path:
     """Run every run of an experiment; write the table, the figures and REPORT.md; return the output folder.
 
     With ``resume``, a run whose directory already holds a finished run of the same configuration is kept
-    rather than run again (a reproduction that was stopped continues where it stopped)."""
+    rather than run again (a reproduction that was stopped continues where it stopped). With ``only`` (a glob
+    on run names), only the matching runs are run; the others are kept where they already finished and left
+    out where they did not, and the table, figures and REPORT.md cover every run that is there."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from edgeml.config import build_config
@@ -433,10 +442,14 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
     console = console or wide_console(stderr=True)
     exp = load_experiment(paper)
     planned = plan(exp, quick, seeds, backend)
+    selected = {p.dirname for p in planned if not only or fnmatch.fnmatchcase(p.name, only)}
+    if not selected:
+        raise UserError(f"--only {only!r} matches no run of {exp.paper}: choose among "
+                        f"{', '.join(dict.fromkeys(p.name for p in planned))}")
     out = Path(out) if out else Path("results") / exp.paper / ("quick" if quick else "")
-    _prepare_out(out, resume)
+    _prepare_out(out, resume or bool(only))
     shutil.copyfile(exp.source, out / "experiment.toml")
-    paths = []
+    paths, included = [], []
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:
@@ -445,7 +458,12 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
             progress.update(task, description=f"{exp.paper}: [cyan]{p.name}[/] ({p.algorithm}) seed {p.seed}")
             cfg = build_config({**p.layers, "run": {**p.layers["run"], "name": p.dirname, "out": str(out / "runs")}})
             path = out / "runs" / p.dirname
-            kept = resume and _finished(path, cfg, quick)
+            kept = (resume or p.dirname not in selected) and _finished(path, cfg, quick)
+            if not kept and p.dirname not in selected:
+                progress.console.print(f"[{k}/{len(planned)}] {p.name} seed {p.seed}: not selected by --only and "
+                                       "not run yet: left out", highlight=False)
+                progress.advance(task)
+                continue
             if not kept:
                 shutil.rmtree(path, ignore_errors=True)
                 path = run_config(cfg, quiet=True, path=path)
@@ -458,9 +476,17 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
                                    f"{s.get('total_steps')} steps ({s.get('stop_reason')})", highlight=False)
             progress.advance(task)
             paths.append(path)
+            included.append(p)
         progress.update(task, description=f"{exp.paper}: table, figures, report")
+        planned = included
         runs = load_runs([str(p) for p in paths])
-        cmp = compare(runs, exp.target or choose_target(runs), exp.baseline)
+        labels = [r.label for r in runs]
+        try:  # with --only, the baseline may not have run yet: then the table has no speedups
+            baseline_labels(labels, {r.label: r.summary["algorithm"] for r in runs}, exp.baseline)
+            baseline = exp.baseline
+        except UserError:
+            baseline = None
+        cmp = compare(runs, exp.target or choose_target(runs), baseline)
         cmp.write(out)
         figures = {}
         for title in dict.fromkeys(p.figure for p in planned):  # figure groups, in the experiment's order
@@ -496,6 +522,8 @@ def reproduce_cmd(
     backend: Optional[str] = typer.Option(None, help="procs or sim for every run."),
     resume: bool = typer.Option(False, "--resume", help="Keep runs already finished in the output folder with the "
                                                          "same configuration; run only the rest."),
+    only: Optional[str] = typer.Option(None, help="Run only the runs whose names match this glob (e.g. 'fig5*'); "
+                                                  "keep the others that already finished."),
 ) -> None:
     """Run a paper's experiment: the system and its baselines; write table, figures and REPORT.md."""
     seed_list = None
@@ -506,4 +534,4 @@ def reproduce_cmd(
             raise UserError(f"--seeds {seeds!r}: give comma-separated integers, e.g. --seeds 0,1,2") from None
     line = " ".join(["edgeml reproduce", paper] + (["--quick"] if quick else []) + ([f"--out {out}"] if out else [])
                     + ([f"--seeds {seeds}"] if seeds else []) + ([f"--backend {backend}"] if backend else []))
-    print(reproduce(paper, quick, out, seed_list, backend, command_line=line, resume=resume) / "REPORT.md")
+    print(reproduce(paper, quick, out, seed_list, backend, command_line=line, resume=resume, only=only) / "REPORT.md")

@@ -172,3 +172,25 @@ def test_against_sweep_draws_metrics_against_the_swept_value(tmp_path, toy):
     bad.write_text(open(toy).read().replace('name = "ssp-tight"', 'name = "ssp-tight"\nagainst_sweep = ["x"]'))
     with pytest.raises(UserError, match="against_sweep needs a sweep over one key"):
         load_experiment(str(bad))
+
+
+def test_only_runs_the_matching_runs_and_keeps_the_rest(tmp_path, toy):
+    out = tmp_path / "out"
+    cli._register_extensions()
+    args = ["reproduce", toy, "--quick", "--seeds", "0", "--out", str(out)]
+    # a fresh folder: only the SSP run runs; the BSP runs are left out, so there is no baseline to pair with
+    result = CliRunner().invoke(cli.app, [*args, "--only", "ssp*"])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("not selected by --only and not run yet") == 2
+    assert sorted(p.name for p in (out / "runs").iterdir()) == ["ssp-tight-s0"]
+    assert list(pd.read_csv(out / "compare.csv")["run"]) == ["ssp-tight"]
+    assert "not measured: no run 'bsp'" in (out / "REPORT.md").read_text()
+    # then the BSP runs: the SSP run is kept, and the table covers all three
+    before = (out / "runs" / "ssp-tight-s0" / "summary.json").stat().st_mtime_ns
+    result = CliRunner().invoke(cli.app, [*args, "--only", "bsp*"])
+    assert result.exit_code == 0, result.output
+    assert "ssp-tight seed 0 (kept)" in result.output
+    assert (out / "runs" / "ssp-tight-s0" / "summary.json").stat().st_mtime_ns == before
+    assert len(pd.read_csv(out / "compare.csv")) == 3
+    result = CliRunner().invoke(cli.app, [*args, "--only", "nothing*"])
+    assert result.exit_code == 2 and "--only 'nothing*' matches no run of toy" in result.output
