@@ -244,3 +244,20 @@ def against_sweep(df: pd.DataFrame, key: str, metrics: list[str], target: str = 
         ax.set_visible(False)
     _title(fig, f"Against the swept {key}", context)
     return fig
+
+
+def trials(df: pd.DataFrame, context: str = "") -> Figure:
+    """The online search of adsp.txt Alg. 1: each trial's reward against the commit rate it tried, a line per
+    search (epoch) and run; the search stops at the first rate whose reward is lower."""
+    runs = _order(df)
+    fig, axes = _figure(1, 1, 8, 4.8)
+    data = df.drop_duplicates(["run", "seed", "epoch", "rate"]).sort_values(["run", "seed", "epoch", "rate"])
+    data = data.assign(search=data["seed"].astype(str) + "/" + data["epoch"].astype(str))
+    sns.lineplot(data=data, x="rate", y="reward", hue="run", hue_order=runs, palette=_palette(runs),
+                 units="search", estimator=None, marker="o", lw=1.2, ax=axes[0])
+    axes[0].set_xlabel("commit rate tried (commits per check period)")
+    axes[0].set_ylabel("reward (1 / predicted time to the target loss)")
+    axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))
+    _one_legend(fig, axes, "run")
+    _title(fig, "Rewards of the commit-rate search, a line per epoch (adsp.txt Alg. 1)", context)
+    return fig

@@ -384,7 +384,7 @@ def _context(runs: list[Run]) -> str:
 
 def figure_tables(runs: list[Run]) -> dict[str, pd.DataFrame]:
     """The tidy tables the figures are drawn from (empty frames for series no run recorded)."""
-    evals, nodes, staleness, decisions, commits = [], [], [], [], []
+    evals, nodes, staleness, decisions, commits, trials = [], [], [], [], [], []
     for r in runs:
         tag = {"run": r.label, "seed": r.seed}
         e = r.table("evals.csv", EVALS_NEEDED)
@@ -407,12 +407,15 @@ def figure_tables(runs: list[Run]) -> dict[str, pd.DataFrame]:
         co = r.table("series/commits.csv", ("time_s", "worker", "commits", "target"), required=False)
         if co is not None:
             commits.append(co.assign(**tag))
+        tr = r.table("series/trials.csv", ("epoch", "rate", "reward"), required=False)
+        if tr is not None:
+            trials.append(tr.assign(**tag))
     def cat(frames: list[pd.DataFrame]) -> pd.DataFrame:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
     worker_means = cat(nodes).groupby(["run", "worker"], sort=False, as_index=False).mean(numeric_only=True)
     return {"evals": cat(evals), "nodes": worker_means, "staleness": cat(staleness), "decisions": cat(decisions),
-            "commits": cat(commits)}
+            "commits": cat(commits), "trials": cat(trials)}
 
 
 def write_figures(runs: list[Run], out: Path, per_run: pd.DataFrame | None = None) -> list[Path]:
@@ -432,6 +435,8 @@ def write_figures(runs: list[Run], out: Path, per_run: pd.DataFrame | None = Non
         figures["decisions"] = plots.decisions(tables["decisions"], ctx)
     if not tables["commits"].empty:
         figures["commits"] = plots.commits(tables["commits"], ctx)
+    if not tables["trials"].empty:
+        figures["trials"] = plots.trials(tables["trials"], ctx)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, fig in figures.items():
@@ -449,6 +454,7 @@ FIGURE_CAPTIONS = {
     "throughput": "Training throughput and network traffic per run (esync.txt Fig. 4)",
     "staleness": "Staleness of the updates the parameter server applied",
     "decisions": "Quantities the algorithms decided as they ran",
+    "trials": "Each trial's reward against the commit rate it tried, a line per search (adsp.txt Alg. 1)",
     "commits": "Each worker's commit count at every checkpoint against C_target, and their spread (adsp.txt "
                "Theorem 2)",
 }

@@ -76,6 +76,15 @@ def test_commits_figure_shows_counts_target_and_spread():
     assert list(spread.lines[0].get_ydata()) == [1, 0]  # one apart at the first checkpoint, equal at the second
 
 
+def test_trials_figure_draws_one_line_per_search():
+    df = pd.DataFrame({"run": "adsp", "seed": 0, "epoch": [0, 0, 0, 1, 1], "rate": [1, 2, 1, 1, 2],
+                       "reward": [0.1, 0.3, 0.12, 0.2, 0.1]})
+    ax = plots.trials(df).axes[0]
+    assert ax.get_xlabel().startswith("commit rate") and ax.get_ylabel().startswith("reward")
+    lines = [line for line in ax.lines if len(line.get_xdata())]
+    assert sorted(list(line.get_ydata()) for line in lines) == [[0.1, 0.3], [0.2, 0.1]]  # first reward per rate
+
+
 def test_plot_command_writes_every_figure(tmp_path):
     staleness = pd.DataFrame({"time_s": [0.1, 0.2], "rank": [1, 1], "role": "ps", "worker": [0, 1],
                               "staleness": [0, 2]})
@@ -83,15 +92,17 @@ def test_plot_command_writes_every_figure(tmp_path):
                               "value": [2.0, 3.0]})
     commits = pd.DataFrame({"time_s": [4.0, 4.0, 8.0, 8.0], "rank": 2, "role": "scheduler", "checkpoint": [1, 1, 2, 2],
                             "worker": [0, 1, 0, 1], "commits": [1, 0, 2, 2], "target": [1, 1, 2, 2]})
+    trials = pd.DataFrame({"time_s": [8.0, 8.0], "rank": 2, "role": "scheduler", "epoch": 0, "rate": [1, 2],
+                           "reward": [0.1, 0.2]})
     for seed in (0, 1):
         make_run(tmp_path / "runs", f"bsp{seed}", "bsp", seed)
         make_run(tmp_path / "runs", f"asp{seed}", "asp", seed,
-                 series={"staleness": staleness, "decisions": decisions, "commits": commits})
+                 series={"staleness": staleness, "decisions": decisions, "commits": commits, "trials": trials})
     cli._register_extensions()
     result = CliRunner().invoke(cli.app, ["plot", str(tmp_path / "runs"), "--out", str(tmp_path / "fig")])
     assert result.exit_code == 0, result.output
     names = ["convergence_time", "convergence_steps", "convergence_bytes", "time_breakdown", "throughput",
-             "staleness", "decisions", "commits"]
+             "staleness", "decisions", "commits", "trials"]
     for name in names:
         for ext in ("png", "pdf"):
             path = tmp_path / "fig" / f"{name}.{ext}"
