@@ -81,6 +81,23 @@ def _cli(*args, env=None, **kw):
                             stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_sim_run_stops_on_ctrl_c_or_sigterm_and_keeps_results(tmp_path, sig):
+    # node programs are greenlets on the main thread: the signal lands inside one of them and must still end
+    # the whole run in order
+    p = _cli("run", "asp", "--backend", "sim", "--workers", "4", "--max-time", "1e9", "--out", str(tmp_path),
+             "--name", "r", "-q")
+    evals = _wait_for_evaluations(tmp_path / "r", rows=3)
+    os.killpg(p.pid, sig)
+    out, err = p.communicate(timeout=40)
+    assert p.returncode == 130, err
+    assert "Traceback" not in err
+    meta = json.loads((tmp_path / "r" / "meta.json").read_text())
+    assert meta["status"] == "interrupted" and meta["stop_reason"] == "interrupted by the user"
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["total_steps"] > 0
+    assert len(pd.read_csv(evals)) >= 3
+
+
 def test_a_dying_worker_ends_the_run_cleanly(tmp_path):
     p = _cli("run", "test-die", "--workers", "3", "--max-time", "60", "--out", str(tmp_path), "--name", "r", "-q",
              env={"EDGEML_PLUGINS": "edgeml_testplugins"})
