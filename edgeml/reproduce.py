@@ -355,7 +355,9 @@ def write_report(exp: Experiment, out: Path, cmp: Comparison, claims: list[dict]
               for s, vals in shared.items()}
     backend = sorted({p.layers.get("run", {}).get("backend", "procs") for p in planned})
     per_run = {p.name: (p.algorithm, p.extra) for p in planned}
-    lines = [f"# {exp.title}", "", exp.description.strip(), "",
+    note = ["> This is the **quick** reproduction: the description is the full experiment's; what the quick version "
+            "changes is in the settings below and at the end of this report.", ""] if quick else []
+    lines = [f"# {exp.title}", "", *note, exp.description.strip(), "",
              "## How this was produced", "",
              f"`{command_line}` with edgeml {edgeml.__version__} (git {meta.get('git_sha') or 'unknown'}) on "
              f"{datetime.now(timezone.utc):%Y-%m-%d}: {len(planned)} runs, seeds "

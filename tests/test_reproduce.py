@@ -113,6 +113,7 @@ def test_quick_baselines_reproduction(tmp_path):
 
     report = (out / "REPORT.md").read_text()
     assert "edgeml reproduce baselines --quick" in report and "## Differences from the paper" in report
+    assert "This is the **quick** reproduction" in report.split("## How this was produced")[0]
     claims = report.split("## Claims", 1)[1].split("## Results", 1)[0]
     texts = [c["text"] for c in load_experiment("baselines").claims]
     for text in texts:
