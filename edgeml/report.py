@@ -362,6 +362,7 @@ def compare(runs: list[Run], target: Target | None = None, baseline: str | None 
     per_run = per_run_table(runs, target, baseline)
     return Comparison(per_run, group_table(per_run), target, baseline)
 
+
 def _md_table(headers: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     return "\n".join(lines + ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows])

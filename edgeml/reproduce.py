@@ -451,7 +451,7 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
     out = Path(out) if out else Path("results") / exp.paper / ("quick" if quick else "")
     _prepare_out(out, resume or bool(only))
     shutil.copyfile(exp.source, out / "experiment.toml")
-    paths, included = [], []
+    done: list[PlannedRun] = []  # the runs the table covers: run now or kept
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:
@@ -477,11 +477,9 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
                                    f"{'accuracy %.3f' % acc if acc is not None else 'no evaluation'}, "
                                    f"{s.get('total_steps')} steps ({s.get('stop_reason')})", highlight=False)
             progress.advance(task)
-            paths.append(path)
-            included.append(p)
+            done.append(p)
         progress.update(task, description=f"{exp.paper}: table, figures, report")
-        planned = included
-        runs = load_runs([str(p) for p in paths])
+        runs = load_runs([str(out / "runs" / p.dirname) for p in done])
         labels = [r.label for r in runs]
         try:  # with --only, the baseline may not have run yet: then the table has no speedups
             baseline_labels(labels, {r.label: r.summary["algorithm"] for r in runs}, exp.baseline)
@@ -491,16 +489,16 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
         cmp = compare(runs, exp.target or choose_target(runs), baseline)
         cmp.write(out)
         figures = {}
-        for title in dict.fromkeys(p.figure for p in planned):  # figure groups, in the experiment's order
-            names = {p.name for p in planned if p.figure == title}
+        for title in dict.fromkeys(p.figure for p in done):  # figure groups, in the experiment's order
+            names = {p.name for p in done if p.figure == title}
             group = [r for r in runs if r.label in names]
             figures[title] = write_figures(group, out / "figures" / figure_dir(title),
                                            cmp.per_run[cmp.per_run["run"].isin(names)])
             for spec in exp.runs:
                 if spec.get("against_sweep") and spec.get("figure", "") == title:
-                    figures[title] += sweep_figure(spec, planned, runs, cmp, out / "figures" / figure_dir(title))
+                    figures[title] += sweep_figure(spec, done, runs, cmp, out / "figures" / figure_dir(title))
         claims = [evaluate_claim(c, cmp.table, exp.baseline) for c in exp.claims]
-        write_report(exp, out, cmp, claims, figures, planned,
+        write_report(exp, out, cmp, claims, figures, done,
                      command_line or f"edgeml reproduce {paper}" + (" --quick" if quick else ""), quick, runs)
     table = Table(title=f"{exp.paper}: claims ({'quick' if quick else 'full'} reproduction)")
     for h in ("claim", "paper", "measured here", "verdict"):

@@ -87,7 +87,8 @@ if __name__ == "__main__":
         f"{args.algorithm}, {args.workers} workers on {args.dataset}, batch 32, one torch thread "
         "(OMP_NUM_THREADS=1). Node programs run as greenlets on the kernel's thread. Plain loop: gradient + SGD "
         "step on one model. Event loop: the sim backend's run (training, PS updates, messages, evaluation at "
-        "start and end, on 100 test samples); the two alternate in rounds of the same number of steps. Whole run: `edgeml run` "
+        "start and end, on 100 test samples); the two alternate in rounds of the same number of steps. "
+        "Whole run: `edgeml run` "
         "with loading data, building the job and writing the run directory.", "",
         "| model | rounds x steps | plain samples/s | event loop samples/s | ratio | per-round ratios | "
         "whole run samples/s (ratio) |", "|---|---|---|---|---|---|---|", *rows, "",

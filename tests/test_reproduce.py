@@ -168,7 +168,8 @@ def test_against_sweep_draws_metrics_against_the_swept_value(tmp_path, toy):
         'run = "ssp-tight"', 'run = "ssp-tight[ssp.staleness=2]"'))
     out = reproduce(str(swept), quick=True, out=tmp_path / "out", seeds=[0, 1])
     fig = out / "figures" / "sweep_ssp-tight.png"
-    assert fig.stat().st_size > 1000 and "![sweep_ssp-tight](figures/sweep_ssp-tight.png)" in (out / "REPORT.md").read_text()
+    assert fig.stat().st_size > 1000
+    assert "![sweep_ssp-tight](figures/sweep_ssp-tight.png)" in (out / "REPORT.md").read_text()
     bad = tmp_path / "bad.toml"
     bad.write_text(open(toy).read().replace('name = "ssp-tight"', 'name = "ssp-tight"\nagainst_sweep = ["x"]'))
     with pytest.raises(UserError, match="against_sweep needs a sweep over one key"):

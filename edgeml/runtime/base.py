@@ -181,9 +181,10 @@ class Node:
         self.counters.comm_s += self.now() - t0  # handing the message over (zero on the virtual clock)
         self.counters.messages_sent += 1
         self.counters.bytes_sent += nbytes
-        if self.is_worker and self.job.cluster.crash_prob > 0 and self._crash_rng.random() < self.job.cluster.crash_prob:
+        p = self.job.cluster.crash_prob
+        if self.is_worker and p > 0 and self._crash_rng.random() < p:
             self.crashed_at = self.now()
-            raise NodeCrashed(f"worker {self.index} failed after a push (p = {self.job.cluster.crash_prob})")
+            raise NodeCrashed(f"worker {self.index} failed after a push (p = {p})")
         return nbytes
 
     def recv(self, src: int | None = None, tag: str | None = None, timeout: float | None = None) -> Message | None:

@@ -4,10 +4,11 @@ Each node program runs as a greenlet (a coroutine with its own stack, in the one
 kernel switches to the node whose event is next, and the node switches back when it blocks again (in
 ``compute``, ``sleep``, ``recv`` or ``all_reduce``). A switch costs about a microsecond, where handing a baton
 between OS threads costs a hundred or more, so the event loop runs nearly at the speed of the training it
-drives. Torch's grad mode is per thread, so each node saves and restores its own across a switch. The training computation itself is real (the same ``Trainer`` code as ``procs``); only its
-*duration* is virtual, taken from the device model, and a message's delay from the link model. Events at equal
-times run in the order they were scheduled, so a seed gives bit-identical metrics. Hundreds of workers fit on
-a small machine because they take turns.
+drives. Torch's grad mode is per thread, so each node saves and restores its own across a switch. The
+training computation itself is real (the same ``Trainer`` code as ``procs``); only its *duration* is virtual,
+taken from the device model, and a message's delay from the link model. Events at equal times run in the
+order they were scheduled, so a seed gives bit-identical metrics. Hundreds of workers fit on a small machine
+because they take turns.
 """
 
 from __future__ import annotations
