@@ -76,7 +76,8 @@ class ClusterSection:
     crashes: list[dict] = field(default_factory=list)
     """Fail-stop schedule: ``[{worker = 1, time = 5.0}]``."""
     crash_prob: float = 0.0
-    """Probability that a worker fails (stops) right after each message it sends (a push)."""
+    """Probability that a worker fails (stops) right after each push (a send the algorithm marks as a failure
+    point with ``node.push``; queries and replies never fail)."""
 
 
 @dataclass

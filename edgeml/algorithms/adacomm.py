@@ -92,7 +92,7 @@ def adacomm_worker(node: Node) -> None:
             lr = a.local_lr(node.now())
             update.add_(trainer.grad, alpha=lr)  # U_i <- U_i + eta' g_i
             trainer.sgd(lr)
-        node.send(ps, "push", update=update, loss=losses[0])  # losses[0]: the loss of the model pulled
+        node.push(ps, "push", update=update, loss=losses[0])  # losses[0]: the loss of the model pulled
         msg = node.recv(ps, "model")
         trainer.params.copy_(msg["params"])
         update.zero_()

@@ -227,7 +227,7 @@ def adsp_worker(node: Node) -> None:
         steps += 1
         if left > 0 and 2 * node.now() - start >= due - 1e-9:  # the timer expires during the next step
             start = node.now()
-            node.send(ps, "commit", update=update, steps=steps)
+            node.push(ps, "commit", update=update, steps=steps)
             trainer.params.copy_(node.recv(ps, "model")["params"])
             update.zero_()
             overhead = node.now() - start

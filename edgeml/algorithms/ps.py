@@ -63,7 +63,7 @@ def ps_worker(node: Node) -> None:
     lr = node.algo.lr
     while True:
         loss = node.compute(trainer.gradient, samples=trainer.batch_size)
-        node.send(ps, "push", update=trainer.grad * lr, loss=loss)
+        node.push(ps, "push", update=trainer.grad * lr, loss=loss)
         trainer.params.copy_(node.recv(ps, "model")["params"])
 
 

@@ -175,6 +175,14 @@ class Node:
     # ------------------------------------------------------------------ messages
     def send(self, dst: int, tag: str, **data: Any) -> int:
         """Send ``data`` to node ``dst``; returns the message's wire size in bytes."""
+        return self._send(dst, tag, data, failure_point=False)
+
+    def push(self, dst: int, tag: str, **data: Any) -> int:
+        """``send``, marked as a failure point: with ``cluster.crash_prob`` p, a worker fails right after it
+        (the papers' "fails after a push"). Queries, replies and control messages use ``send``."""
+        return self._send(dst, tag, data, failure_point=True)
+
+    def _send(self, dst: int, tag: str, data: dict[str, Any], failure_point: bool) -> int:
         nbytes = payload_nbytes(data)
         t0 = self.now()
         self.send_horizon = max(self.send_horizon, self._post(dst, tag, data, nbytes))
@@ -182,7 +190,7 @@ class Node:
         self.counters.messages_sent += 1
         self.counters.bytes_sent += nbytes
         p = self.job.cluster.crash_prob
-        if self.is_worker and p > 0 and self._crash_rng.random() < p:
+        if failure_point and self.is_worker and p > 0 and self._crash_rng.random() < p:
             self.crashed_at = self.now()
             raise NodeCrashed(f"worker {self.index} failed after a push (p = {p})")
         return nbytes
