@@ -3,6 +3,13 @@
 Each model adapts to the data: linear models and the MLP flatten any input, CNNs compute their flattened size with a
 dummy forward pass and pad small images so their feature maps do not shrink to nothing. Construction draws only
 from torch's global generator, so seeding torch before ``build_model`` gives identical weights on every worker.
+
+Two rules follow from training on flat parameter vectors (``train.Trainer``). No dropout: it would draw from
+torch's global generator in every step, coupling the nodes of a run (they share one process in ``sim``).
+Batch normalization uses the batch's statistics in training and evaluation alike
+(``track_running_stats=False``): what nodes exchange and the monitor evaluates is the parameter vector, and
+running statistics are buffers outside it, so an evaluated model would otherwise normalize with the
+untrained initial buffers.
 """
 
 from __future__ import annotations
@@ -23,16 +30,25 @@ MODELS: dict[str, str] = {
     "lenet5": "LeNet-5 with ReLU: conv 6, pool, conv 16, pool, fc 120-84",
     "cifar-cnn": "TensorFlow-tutorial CIFAR-10 CNN of the ADSP paper: 2 conv 64 + LRN, fc 384-192",
     "resnet18": "ResNet-18 with a 3x3 stride-1 stem and no max-pool, for small images",
+    "alexnet": "AlexNet for 32x32 images: 5 conv (11x11/4 stem), 3 max-pool, one linear layer (~2.5M parameters)",
+    "mobilenet-v2": "MobileNet-v2 for small images: stride-1 stem and first 24-channel stage (~2.2M parameters "
+                    "at width 1)",
+    "squeezenet": "SqueezeNet 1.1 for small images: 3x3 stride-1 stem (~0.72M parameters)",
 }
 _FLAT_MODELS = ("logreg", "svm", "mlp")
 
 
-def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-    """Build a freshly initialized model mapping a batch of ``input_shape`` samples to ``num_classes`` logits."""
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *, width: float = 1.0) -> nn.Module:
+    """Build a freshly initialized model mapping a batch of ``input_shape`` samples to ``num_classes`` logits.
+
+    ``width`` is MobileNet-v2's width multiplier (channels scaled, rounded to multiples of 8)."""
     if name not in MODELS:
         raise UserError(f"unknown model '{name}': choose one of {', '.join(MODELS)}")
     if num_classes < 2:
         raise UserError(f"model needs at least 2 classes, got {num_classes}: check the dataset labels")
+    if not width > 0 or (width != 1.0 and name != "mobilenet-v2"):
+        raise UserError(f"width multiplier {width} for model '{name}': only mobilenet-v2 takes one, "
+                        "and it must be > 0")
     shape = tuple(int(d) for d in input_shape)
     if name in _FLAT_MODELS:
         features = math.prod(shape)
@@ -49,6 +65,9 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn
         "lenet5": _lenet5,
         "cifar-cnn": _cifar_cnn,
         "resnet18": _resnet18,
+        "alexnet": _alexnet,
+        "squeezenet": _squeezenet,
+        "mobilenet-v2": lambda s, c: _mobilenet_v2(s, c, width),
     }
     return builders[name]((shape[0], shape[1], shape[2]), num_classes)
 
@@ -116,8 +135,57 @@ def _resnet18(shape: tuple[int, int, int], num_classes: int) -> nn.Module:
     # CIFAR variant keeps full resolution instead.
     from torchvision.models import resnet18
 
-    model = resnet18(num_classes=num_classes)
+    model = resnet18(num_classes=num_classes, norm_layer=_batch_norm)
     model.conv1 = nn.Conv2d(shape[0], 64, 3, stride=1, padding=1, bias=False)
     nn.init.kaiming_normal_(model.conv1.weight, mode="fan_out", nonlinearity="relu")  # as torchvision inits convs
     model.maxpool = nn.Identity()
     return model
+
+
+def _alexnet(shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+    # The usual CIFAR-10 AlexNet (as in the pytorch-classification collection): AlexNet's five convolutions
+    # and three pools with an 11x11 stride-4 stem, one linear layer. Ceil-mode pools keep a 28x28 image to a
+    # 1x1 map (floor mode would shrink it to nothing); on 32x32 they change nothing.
+    features = nn.Sequential(
+        nn.Conv2d(shape[0], 64, 11, stride=4, padding=5), nn.ReLU(), nn.MaxPool2d(2, ceil_mode=True),
+        nn.Conv2d(64, 192, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2, ceil_mode=True),
+        nn.Conv2d(192, 384, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(384, 256, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2, ceil_mode=True),
+    )  # fmt: skip
+    return _with_head("alexnet", features, shape, [], num_classes)
+
+
+def _mobilenet_v2(shape: tuple[int, int, int], num_classes: int, width: float) -> nn.Module:
+    # torchvision's definition; for 32x32 inputs the usual CIFAR change: the stem and the first 24-channel
+    # stage keep stride 1, so the image is downsampled 8x (to 4x4) instead of 32x.
+    from torchvision.models import MobileNetV2
+
+    setting = [[1, 16, 1, 1], [6, 24, 2, 1], [6, 32, 3, 2], [6, 64, 4, 2], [6, 96, 3, 1], [6, 160, 3, 2],
+               [6, 320, 1, 1]]  # torchvision's, with stride 1 in the second row
+    model = MobileNetV2(num_classes=num_classes, width_mult=width, inverted_residual_setting=setting,
+                        norm_layer=_batch_norm, dropout=0.0)
+    stem = model.features[0][0]
+    model.features[0][0] = nn.Conv2d(shape[0], stem.out_channels, 3, stride=1, padding=1, bias=False)
+    nn.init.kaiming_normal_(model.features[0][0].weight, mode="fan_out")  # as torchvision inits convs
+    return model
+
+
+def _squeezenet(shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+    from torchvision.models import squeezenet1_1
+
+    model = squeezenet1_1(num_classes=num_classes, dropout=0.0)
+    model.features[0] = nn.Conv2d(shape[0], 64, 3, stride=1, padding=1)  # was 3x3 stride 2 for 224px
+    nn.init.kaiming_uniform_(model.features[0].weight)  # as torchvision inits SqueezeNet's convs
+    nn.init.zeros_(model.features[0].bias)
+    try:
+        with torch.no_grad():
+            model.features(torch.zeros(1, *shape))
+    except RuntimeError:  # its three 3x3 max-pools need images of at least 8 px
+        raise UserError(f"images of shape {shape} are too small for model 'squeezenet': "
+                        "use logreg, svm or mlp") from None
+    return model
+
+
+def _batch_norm(channels: int) -> nn.Module:
+    return nn.BatchNorm2d(channels, track_running_stats=False)

@@ -12,6 +12,7 @@ from edgeml.models import MODELS, build_model, loss_for
 IMAGE_SHAPES = [(1, 28, 28), (3, 32, 32), (1, 8, 8)]
 FLAT = ["logreg", "svm", "mlp"]
 CNNS = ["adacomp-cnn", "lenet5", "cifar-cnn"]
+SMALL_IMAGE_NETS = ["alexnet", "mobilenet-v2", "squeezenet"]  # torchvision-sized nets adapted to 28 and 32 px
 
 
 def _params(model: nn.Module) -> int:
@@ -33,7 +34,7 @@ def test_resnet18_forward(shape: tuple[int, ...]) -> None:
     assert model(torch.randn(2, *shape)).shape == (2, 7)
 
 
-@pytest.mark.parametrize("name", CNNS + ["resnet18"])
+@pytest.mark.parametrize("name", CNNS + ["resnet18"] + SMALL_IMAGE_NETS)
 def test_cnn_rejects_tabular(name: str) -> None:
     with pytest.raises(UserError, match="image input") as err:
         build_model(name, (30,), 2)
@@ -90,3 +91,69 @@ def test_too_small_image_is_user_error() -> None:
 def test_needs_two_classes() -> None:
     with pytest.raises(UserError, match="2 classes"):
         build_model("logreg", (30,), 1)
+
+
+# --- AlexNet, MobileNet-v2, SqueezeNet on 28x28 grayscale and 32x32 colour ------------------------------------------
+
+
+def _alexnet_params(channels: int, num_classes: int) -> int:
+    convs = [(channels, 64, 11), (64, 192, 5), (192, 384, 3), (384, 256, 3), (256, 256, 3)]
+    return sum(i * o * k * k + o for i, o, k in convs) + 256 * num_classes + num_classes  # 1x1 map at the end
+
+
+@pytest.mark.parametrize("shape", [(1, 28, 28), (3, 32, 32)])
+@pytest.mark.parametrize("name", SMALL_IMAGE_NETS)
+def test_small_image_nets_train(name: str, shape: tuple[int, ...]) -> None:
+    torch.manual_seed(0)
+    model = build_model(name, shape, 10)
+    x, y = torch.randn(8, *shape), torch.arange(8) % 10
+    assert model(x[:3]).shape == (3, 10)
+    rng = torch.get_rng_state()
+    opt = torch.optim.SGD(model.parameters(), lr=0.005)
+    before = nn.functional.cross_entropy(model(x), y)
+    before.backward()
+    opt.step()
+    after = nn.functional.cross_entropy(model(x), y)
+    assert after < before
+    assert torch.equal(rng, torch.get_rng_state())  # no dropout: training never draws from the global RNG
+    # batch norm keeps no running statistics: the parameter vector is the whole model state
+    assert not any("running" in b for b, _ in model.named_buffers())
+
+
+@pytest.mark.parametrize("shape", [(1, 28, 28), (3, 32, 32)])
+def test_small_image_net_sizes(shape: tuple[int, ...]) -> None:
+    from torchvision.models import mobilenet_v2, squeezenet1_1
+
+    c = shape[0]
+    # AlexNet: the five convolutions and one linear layer, counted by hand (2.47M on colour images)
+    assert _params(build_model("alexnet", shape, 10)) == _alexnet_params(c, 10)
+    assert _params(build_model("alexnet", (3, 32, 32), 10)) == 2_472_266
+    # MobileNet-v2 and SqueezeNet: torchvision's nets with only the stem's input channels changed
+    for width in (1.0, 0.5):
+        ours = _params(build_model("mobilenet-v2", shape, 10, width=width))
+        stem = 32 if width == 1.0 else 16
+        assert ours == _params(mobilenet_v2(num_classes=10, width_mult=width)) - (3 - c) * stem * 9
+    assert _params(build_model("mobilenet-v2", (3, 32, 32), 10)) == 2_236_682
+    assert _params(build_model("squeezenet", shape, 10)) == _params(squeezenet1_1(num_classes=10)) - (3 - c) * 64 * 9
+
+
+def test_small_image_net_strides() -> None:
+    # 32x32 is downsampled 8x by MobileNet-v2 (4x4 before pooling) and to 4x4 before SqueezeNet's classifier
+    mobile = build_model("mobilenet-v2", (3, 32, 32), 10)
+    assert mobile.features(torch.randn(2, 3, 32, 32)).shape == (2, 1280, 4, 4)
+    squeeze = build_model("squeezenet", (1, 28, 28), 10)
+    assert squeeze.features(torch.randn(2, 1, 28, 28)).shape[-2:] == (3, 3)
+
+
+def test_width_multiplier_only_for_mobilenet() -> None:
+    with pytest.raises(UserError, match="only mobilenet-v2"):
+        build_model("alexnet", (3, 32, 32), 10, width=0.5)
+    with pytest.raises(UserError, match="> 0"):
+        build_model("mobilenet-v2", (3, 32, 32), 10, width=0.0)
+    with pytest.raises(UserError, match="too small"):
+        build_model("squeezenet", (1, 4, 4), 10)
+
+
+def test_resnet18_keeps_no_running_statistics() -> None:
+    model = build_model("resnet18", (1, 28, 28), 10)
+    assert not any("running" in b for b, _ in model.named_buffers())
