@@ -27,7 +27,7 @@ DATASETS: dict[str, str] = {
     "cifar10": "CIFAR-10 32x32 colour images, 50k/10k, 10 classes (python pickle batches)",
 }
 
-PARTITIONS: tuple[str, ...] = ("iid", "shards", "dirichlet")
+PARTITIONS: tuple[str, ...] = ("iid", "shards", "dirichlet", "sorted")
 
 # Published per-channel statistics, so a data set normalizes the same way however many files are present.
 _NORMALIZATION: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
@@ -280,7 +280,9 @@ def partition(
 
     ``iid`` gives every worker the same label mix; ``shards`` (McMahan et al.) gives each worker a few label-sorted
     shards, so only a few classes; ``dirichlet`` draws each class's split over workers from Dir(alpha), where a
-    small alpha means strongly skewed workers.
+    small alpha means strongly skewed workers; ``sorted`` (ESync's non-iid split) sorts the samples by class and
+    cuts them into contiguous, equal-sized parts, worker i taking the i-th (the seed only decides which samples
+    of a class fall on either side of a cut).
     """
     if scheme not in PARTITIONS:
         raise UserError(f"unknown partition scheme '{scheme}': choose one of {', '.join(PARTITIONS)}")
@@ -295,6 +297,8 @@ def partition(
         parts = np.array_split(rng.permutation(n), num_parts)
     elif scheme == "shards":
         parts = _shards(y, num_parts, shards_per_part, rng)
+    elif scheme == "sorted":
+        parts = np.array_split(_class_sorted(y, rng), num_parts)
     else:
         parts = _dirichlet(y, num_parts, alpha, rng)
     return [torch.from_numpy(np.sort(p).astype(np.int64)) for p in parts]
@@ -307,12 +311,15 @@ def _shards(y: np.ndarray, num_parts: int, shards_per_part: int, rng: np.random.
             f"{num_parts} workers x {shards_per_part} shards each needs at least {max(num_shards, 1)} samples "
             f"and >= 1 shard per worker, got {len(y)} samples: use fewer workers or shards per worker"
         )
-    # Shuffle before the stable sort so ties within a class land in random shards.
-    perm = rng.permutation(len(y))
-    order = perm[np.argsort(y[perm], kind="stable")]
-    shards = np.array_split(order, num_shards)
+    shards = np.array_split(_class_sorted(y, rng), num_shards)
     owners = rng.permutation(num_shards).reshape(num_parts, shards_per_part)
     return [np.concatenate([shards[s] for s in row]) for row in owners]
+
+
+def _class_sorted(y: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Sample indices sorted by class; shuffled first, so the order within a class is random."""
+    perm = rng.permutation(len(y))
+    return perm[np.argsort(y[perm], kind="stable")]
 
 
 def _dirichlet(y: np.ndarray, num_parts: int, alpha: float, rng: np.random.Generator) -> list[np.ndarray]:

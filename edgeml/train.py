@@ -2,12 +2,15 @@
 
 ``Job`` is what every node of a run shares (config, cluster model, data, initial model). ``Trainer`` is a
 worker's model with its parameters and gradients laid out in one flat tensor each, so that an update is a
-single tensor on the wire and an SGD step is one in-place operation.
+single tensor on the wire and an SGD step is one in-place operation; the algorithm can steer which samples
+it trains on, read per-sample losses, and address each layer's slice of the flat vectors.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -91,44 +94,153 @@ def build_job(cfg, base_step_s: float | None = None) -> Job:
     return Job(cfg, build_cluster(cfg), ds, model_name, shards, init, test_index, base_step_s)
 
 
+class Layer(NamedTuple):
+    """One parameter tensor of the model (a weight matrix, a bias vector) as a slice of the flat vectors."""
+
+    name: str
+    """As in ``model.named_parameters()``."""
+    offset: int
+    size: int
+    shape: tuple[int, ...]
+
+
+Batch = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
+"""Sample indices into the data set (the same indices as the node's shard), or ``(x, y)`` tensors."""
+
+
 class Trainer:
-    """A model whose parameters live in ``self.params`` (flat) and gradients in ``self.grad`` (flat)."""
+    """A model whose parameters live in ``self.params`` (flat) and gradients in ``self.grad`` (flat).
+
+    By default ``gradient()`` takes the next mini-batch of a shuffled pass over the node's shard (each epoch
+    reshuffled, a remainder shorter than a batch dropped). The algorithm can steer it instead: a batch of its
+    choosing (``gradient(batch)``), an epoch over an order and subset of the shard it chose (``set_order``),
+    per-sample losses (``losses``), per-layer slices of the flat vectors (``layers``, ``views``) and momentum
+    (``sgd``). A batch is given as sample indices, which must belong to the shard, or as ``(x, y)`` tensors
+    for samples the algorithm made itself (EdgeGossip's aggregated points).
+    """
 
     def __init__(self, model: nn.Module, loss: nn.Module, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor,
-                 batch_size: int, *, seed: int, init: torch.Tensor | None = None, device: str = "cpu"):
+                 batch_size: int, *, seed: int, init: torch.Tensor | None = None, device: str = "cpu",
+                 gen: torch.Generator | None = None):
         self.model = model.to(device)
         self.params, self.grad = flatten_module(self.model)
         if init is not None:
             self.params.copy_(init)
+        self.layers: list[Layer] = []
+        offset = 0
+        for name, p in self.model.named_parameters():  # the order flatten_module laid them out in
+            self.layers.append(Layer(name, offset, p.numel(), tuple(p.shape)))
+            offset += p.numel()
         self.loss_fn = loss
         self.x, self.y, self.index = x, y, index
+        self._in_shard = torch.zeros(len(y), dtype=torch.bool)
+        self._in_shard[index] = True
         self.batch_size = min(batch_size, len(index))
         self.device = device
-        self._gen = torch.Generator().manual_seed(seed)
+        self._shuffle = torch.Generator().manual_seed(seed)
+        self.gen = gen if gen is not None else torch.Generator().manual_seed(_derived_seed(seed, "gen"))
+        """This node's generator for the algorithm's own draws (stochastic rounding, sampling), so none uses
+        torch's global one. Separate from the shuffling generator: drawing from it never changes the batches."""
         self._order = torch.empty(0, dtype=torch.long)
         self._pos = 0
+        self._momentum: torch.Tensor | None = None
         self.epoch = 0
 
+    # ---------------------------------------------------------------- batches
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The next mini-batch of this worker's shard, reshuffled every epoch (drop-last)."""
+        """The next mini-batch of the current epoch's order; at its end a new epoch shuffles the whole shard."""
         if self._pos + self.batch_size > len(self._order):
-            self._order = self.index[torch.randperm(len(self.index), generator=self._gen)]
+            self._order = self.index[torch.randperm(len(self.index), generator=self._shuffle)]
             self._pos = 0
             self.epoch += 1
         sel = self._order[self._pos:self._pos + self.batch_size]
         self._pos += self.batch_size
         return self.x[sel].to(self.device), self.y[sel].to(self.device)
 
-    def gradient(self) -> float:
-        """Compute the gradient of one mini-batch into ``self.grad``; return the batch loss."""
-        x, y = self.next_batch()
+    def set_order(self, indices: torch.Tensor) -> None:
+        """Start a new epoch now that visits ``indices`` (samples of the shard: all or a subset, in this order)
+        in consecutive batches of ``batch_size``; a remainder shorter than a batch is dropped, as in every
+        epoch. Once it is used up, epochs shuffle the whole shard again."""
+        self._order = self._shard_indices(indices).clone()
+        self._pos = 0
+        self.epoch += 1
+
+    @property
+    def batches_left(self) -> int:
+        """Full batches left in the current epoch's order."""
+        return (len(self._order) - self._pos) // self.batch_size
+
+    def _batch(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        if isinstance(batch, torch.Tensor):
+            sel = self._shard_indices(batch)
+            return self.x[sel].to(self.device), self.y[sel].to(self.device)
+        x, y = batch
+        if len(x) != len(y):
+            raise ValueError(f"batch has {len(x)} inputs but {len(y)} labels")
+        return x.to(self.device), y.to(self.device)
+
+    def _shard_indices(self, indices: torch.Tensor) -> torch.Tensor:
+        if indices.dim() != 1 or indices.dtype.is_floating_point or indices.dtype == torch.bool:
+            raise ValueError("sample indices must be a 1-D integer tensor")
+        if len(indices) and (int(indices.min()) < 0 or int(indices.max()) >= len(self._in_shard)
+                             or not bool(self._in_shard[indices].all())):
+            raise ValueError("sample indices must belong to this node's shard")
+        return indices.to(torch.int64)
+
+    # ---------------------------------------------------------------- computation
+    def gradient(self, batch: Batch | None = None) -> float:
+        """Compute the gradient of one mini-batch into ``self.grad``; return the batch loss. Without ``batch``,
+        the next mini-batch of the epoch (``next_batch``)."""
+        x, y = self.next_batch() if batch is None else self._batch(batch)
         self.grad.zero_()
         loss = self.loss_fn(self.model(x), y)
         loss.backward()
         return float(loss.detach())
 
-    def sgd(self, lr: float) -> None:
-        self.params.add_(self.grad, alpha=-lr)
+    @torch.no_grad()
+    def losses(self, batch: Batch, chunk: int = 1024) -> torch.Tensor:
+        """Per-sample losses (float32, on the CPU) at the current parameters, without gradients, in evaluation
+        mode. Models with batch normalization normalize over each chunk of ``chunk`` samples."""
+        x, y = self._batch(batch)
+        training = self.model.training
+        reduction = self.loss_fn.reduction
+        self.model.eval()
+        self.loss_fn.reduction = "none"
+        try:
+            parts = [self.loss_fn(self.model(x[i:i + chunk]), y[i:i + chunk]) for i in range(0, len(y), chunk)]
+        finally:
+            self.loss_fn.reduction = reduction
+            self.model.train(training)
+        return torch.cat(parts).float().cpu() if parts else torch.zeros(0)
+
+    def sgd(self, lr: float, momentum: float = 0.0) -> None:
+        """params -= lr * step. The step is the gradient, or with momentum m the buffer b <- m b + g that
+        starts at the first gradient: torch.optim.SGD's rule (dampening 0, no Nesterov, no weight decay)."""
+        if momentum == 0.0:
+            self.params.add_(self.grad, alpha=-lr)
+            return
+        if self._momentum is None:
+            self._momentum = self.grad.clone()
+        else:
+            self._momentum.mul_(momentum).add_(self.grad)
+        self.params.add_(self._momentum, alpha=-lr)
+
+    # ---------------------------------------------------------------- per-layer views
+    @property
+    def spans(self) -> list[tuple[int, int]]:
+        """``(offset, size)`` of each layer, the layer boundaries the wire encodings take."""
+        return [(layer.offset, layer.size) for layer in self.layers]
+
+    def views(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        """One 1-D view per layer into ``flat`` (``self.params``, ``self.grad`` or any vector of their size)."""
+        if flat.dim() != 1 or flat.numel() != self.params.numel():
+            raise ValueError(f"expected a flat vector of {self.params.numel()} entries, got shape {tuple(flat.shape)}")
+        return [flat[layer.offset:layer.offset + layer.size] for layer in self.layers]
+
+
+def _derived_seed(seed: int, stream: str) -> int:
+    """A 64-bit seed for an independent stream of ``seed`` (string-derived, as ``Node.rng`` is)."""
+    return int.from_bytes(hashlib.blake2b(f"{seed}/{stream}".encode(), digest_size=8).digest(), "little")
 
 
 @torch.no_grad()

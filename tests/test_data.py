@@ -240,3 +240,19 @@ def test_partition_errors(kwargs: dict, match: str) -> None:
 def test_dirichlet_gives_up_with_user_error() -> None:
     with pytest.raises(UserError, match="raise alpha"):
         partition(torch.zeros(3, dtype=torch.long), 3, "dirichlet", alpha=1e-3)
+
+
+def test_sorted_cuts_class_sorted_contiguous_parts() -> None:
+    labels = torch.tensor([3, 0, 2, 1, 0, 3, 1, 2, 2, 0, 1, 3])  # three of each of 4 classes
+    parts = partition(labels, 4, "sorted", seed=5)
+    # worker i gets the i-th quarter of the class-sorted samples: here exactly class i
+    assert [torch.unique(labels[p]).tolist() for p in parts] == [[0], [1], [2], [3]]
+    parts = partition(LABELS, 6, "sorted", seed=0)  # 1000 samples, 10 classes of 100: cuts every 166.7
+    assert [len(p) for p in parts] == [167, 167, 167, 167, 166, 166]
+    classes = [torch.unique(LABELS[p]).tolist() for p in parts]
+    assert classes[0] == [0, 1] and classes[1] == [1, 2, 3] and classes[5] == [8, 9]
+    assert all(max(LABELS[a]) <= min(LABELS[b]) for a, b in zip(parts, parts[1:]))  # contiguous in class order
+    # the seed only moves samples of a class across a cut, never the class mix
+    other = partition(LABELS, 6, "sorted", seed=1)
+    assert [torch.bincount(LABELS[p], minlength=10).tolist() for p in other] == \
+        [torch.bincount(LABELS[p], minlength=10).tolist() for p in parts]
