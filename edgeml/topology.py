@@ -84,11 +84,14 @@ class Route(NamedTuple):
 
 @dataclass(frozen=True)
 class Outage:
-    """Links ``edges`` (as ``(min, max)`` node pairs) are down during [start, end)."""
+    """Links ``edges`` (node pairs, either way round) are down during [start, end)."""
 
     start: float
     end: float
     edges: frozenset[Edge]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "edges", frozenset(edge(u, v) for u, v in self.edges))
 
 
 @dataclass
