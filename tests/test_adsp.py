@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from conftest import simulate
-from edgeml.algorithms.adsp import fit_reward, local_lr, loss_curve, mu_implicit
+from edgeml.algorithms.adsp import fit_reward, loss_curve, mu_implicit
+from edgeml.algorithms.kit import local_lr
 from edgeml.config import load_config
 from edgeml.errors import UserError
 from edgeml.runner import run
@@ -74,7 +75,8 @@ def test_local_learning_rate_decays_exponentially():
     ("adsp.target_ratio=1.0", "adsp.target_ratio"),
     ("adsp.fixed_rate=-1", "adsp.fixed_rate"),
     ("adsp.lr_decay=0", "adsp.lr_decay"),
-    ("adsp.lr_decay_s=0", "adsp.lr_decay_s"),
+    ("adsp.lr_decay_s=-1", "adsp.lr_decay_s"),
+    ("adsp.lr_decay_s=nan", "adsp.lr_decay_s"),
     ("adsp.probe_samples=0", "adsp.probe_samples"),
     ("adsp.no_such_key=1", "adsp.no_such_key"),
 ])

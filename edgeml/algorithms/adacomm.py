@@ -25,13 +25,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import torch
-
-from edgeml.algorithms import AlgorithmSpec, register
-from edgeml.algorithms.adsp import LocalSGDConfig, fit_reward
+from edgeml.algorithms.adsp import fit_reward
+from edgeml.algorithms.kit import LocalSGDConfig, LocalWorker, ParameterServer, ps_nodes
+from edgeml.algorithms.registry import AlgorithmSpec, register
 from edgeml.errors import UserError
-from edgeml.runtime.base import Node
+
+if TYPE_CHECKING:
+    from edgeml.runtime.base import Node
 
 
 @dataclass
@@ -81,30 +83,17 @@ def adapted_tau(tau0: int, loss: float, loss0: float) -> int:
 
 def adacomm_worker(node: Node) -> None:
     a = node.algo
-    trainer = node.job.trainer(node.index, node.cfg.run.device)
+    w = LocalWorker(node, a)
     ps = node.ranks("ps")[0]
-    update = torch.zeros_like(trainer.params)
     tau = a.first_tau()
     while True:
-        losses = []
-        for _ in range(tau):
-            losses.append(node.compute(trainer.gradient, samples=trainer.batch_size))
-            lr = a.local_lr(node.now())
-            update.add_(trainer.grad, alpha=lr)  # U_i <- U_i + eta' g_i
-            trainer.sgd(lr)
-        node.push(ps, "push", update=update, loss=losses[0])  # losses[0]: the loss of the model pulled
-        msg = node.recv(ps, "model")
-        trainer.params.copy_(msg["params"])
-        update.zero_()
-        tau = int(msg["tau"])
+        losses = w.run(tau)
+        tau = int(w.commit(ps, loss=losses[0])["tau"])  # losses[0]: the loss of the model pulled
 
 
 def adacomm_server(node: Node) -> None:
     a = node.algo
-    W = node.job.init_params.clone()
-    node.expose(W)
-    workers = node.ranks("worker")
-    eta = a.eta(len(workers))
+    ps = ParameterServer(node)
     tau = tau0 = a.first_tau()
     untried = [] if a.tau0 else list(a.tau_candidates[1:])
     searching = not a.tau0
@@ -113,14 +102,9 @@ def adacomm_server(node: Node) -> None:
     sent_at = 0.0
     node.log("decisions", name="tau", value=tau)
     while True:
-        updates, losses = {}, []
-        while len(updates) < len(workers):
-            msg = node.recv(tag="push")
-            updates[msg.src] = msg["update"]
-            losses.append(float(msg["loss"]))
-        for src in sorted(updates):
-            W.add_(updates[src], alpha=-eta)
-            node.log("staleness", worker=node.worker_index(src), staleness=0)
+        msgs = ps.gather()
+        ps.apply_round(msgs)
+        losses = [float(m["loss"]) for m in msgs]
         loss = sum(losses) / len(losses)  # of the model sent at `sent_at`
         now = node.now()
         old = tau
@@ -150,14 +134,11 @@ def adacomm_server(node: Node) -> None:
         if tau != old:
             node.log("decisions", name="tau", value=tau)
         sent_at = now
-        for src in sorted(updates):
-            node.send(src, "model", params=W, tau=tau)
+        for w in sorted(m.src for m in msgs):
+            ps.reply(w, tau=tau)
 
 
-def _nodes(cfg) -> list:
-    return [("ps", adacomm_server)] + [("worker", adacomm_worker)] * cfg.cluster.workers
-
-
+_nodes = ps_nodes(adacomm_server, adacomm_worker)
 register(AlgorithmSpec("adacomm", "Local-update SGD with a barrier every tau steps, tau adapted to the loss",
                        AdacommConfig, _nodes, "adsp.txt Sec. 2.2, 5.1; Wang and Joshi 2018"))
 register(AlgorithmSpec("fixed_adacomm", "ADACOMM with tau fixed (tau0 searched or given)",

@@ -54,35 +54,16 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from edgeml.algorithms import AlgorithmSpec, register
-from edgeml.algorithms.ps import PSConfig
+from edgeml.algorithms.kit import LocalSGDConfig, LocalWorker, ParameterServer, ps_nodes
+from edgeml.algorithms.registry import AlgorithmSpec, register
 from edgeml.errors import UserError
-from edgeml.runtime.base import Node
 
-
-@dataclass
-class LocalSGDConfig(PSConfig):
-    """PS algorithms whose workers take local SGD steps between commits (ADSP, ADACOMM)."""
-
-    lr_decay: float = 0.9
-    """The local learning rate is multiplied by this every ``lr_decay_s`` seconds (exponential decay)."""
-    lr_decay_s: float = 600.0
-    """Time constant of the local learning-rate decay, in seconds of the run's clock."""
-
-    def local_lr(self, t: float) -> float:
-        return local_lr(self.lr, self.lr_decay, self.lr_decay_s, t)
-
-    def validate(self, cfg) -> None:
-        super().validate(cfg)
-        name = cfg.run.algorithm
-        if not 0 < self.lr_decay <= 1:
-            raise UserError(f"{name}.lr_decay = {self.lr_decay}: must lie in (0, 1] (1 = no decay)")
-        if self.lr_decay_s <= 0:
-            raise UserError(f"{name}.lr_decay_s = {self.lr_decay_s}: must be > 0 seconds")
+if TYPE_CHECKING:
+    from edgeml.runtime.base import Node
 
 
 @dataclass
@@ -122,11 +103,6 @@ class ADSPConfig(LocalSGDConfig):
 
 
 # ------------------------------------------------------------------------------------------ the math
-
-
-def local_lr(lr: float, decay: float, decay_s: float, t: float) -> float:
-    """eta'(t) = lr * decay^(t / decay_s): exponential decay over time (adsp.txt Sec. 5.1)."""
-    return lr * decay ** (t / decay_s)
 
 
 def loss_curve(t, a1: float, a2: float, a3: float):
@@ -207,10 +183,9 @@ def mu_implicit(period: float, rates, speeds) -> float:
 
 def adsp_worker(node: Node) -> None:
     a = node.algo
-    trainer = node.job.trainer(node.index, node.cfg.run.device)
+    w = LocalWorker(node, a)
     ps, sched = node.ranks("ps")[0], node.ranks("scheduler")[0]
-    update = torch.zeros_like(trainer.params)  # U_i
-    commits, left, steps = 0, 0, 0
+    commits, left = 0, 0
     overhead, interval, due = 0.0, math.inf, math.inf
     msg = node.recv(sched, "target")  # the first period's target
     while True:
@@ -220,45 +195,34 @@ def adsp_worker(node: Node) -> None:
             due = float(msg["start"]) + interval - overhead
             msg = node.recv(sched, "target", timeout=0)
         start = node.now()
-        node.compute(trainer.gradient, samples=trainer.batch_size)
-        lr = a.local_lr(node.now())
-        update.add_(trainer.grad, alpha=lr)  # U_i <- U_i + eta' g_i (Alg. 2 line 7)
-        trainer.sgd(lr)
-        steps += 1
+        w.step()
         if left > 0 and 2 * node.now() - start >= due - 1e-9:  # the timer expires during the next step
             start = node.now()
-            node.push(ps, "commit", update=update, steps=steps)
-            trainer.params.copy_(node.recv(ps, "model")["params"])
-            update.zero_()
+            w.commit(ps, "commit", steps=w.steps)
             overhead = node.now() - start
-            commits, left, steps, due = commits + 1, left - 1, 0, due + interval
+            commits, left, due = commits + 1, left - 1, due + interval
         msg = node.recv(sched, "target", timeout=0)
 
 
 def adsp_server(node: Node) -> None:
-    W = node.job.init_params.clone()
-    node.expose(W)
-    workers = node.ranks("worker")
-    eta = node.algo.eta(len(workers))
-    counts = torch.zeros(len(workers), dtype=torch.int64)
-    steps = torch.zeros(len(workers), dtype=torch.int64)
-    last = torch.zeros(len(workers), dtype=torch.float64)  # time of each worker's last commit
-    pulled = {w: 0 for w in workers}
-    version = 0
+    import torch
+
+    ps = ParameterServer(node)
+    m = len(ps.workers)
+    counts = torch.zeros(m, dtype=torch.int64)
+    steps = torch.zeros(m, dtype=torch.int64)
+    last = torch.zeros(m, dtype=torch.float64)  # time of each worker's last commit
     while True:
         msg = node.recv()
         if msg.tag == "commit":
             i = node.worker_index(msg.src)
-            node.log("staleness", worker=i, staleness=version - pulled[msg.src], steps=int(msg["steps"]))
-            W.add_(msg["update"], alpha=-eta)
-            version += 1
+            ps.apply(msg, steps=int(msg["steps"]))
             counts[i] += 1
             steps[i] += int(msg["steps"])
             last[i] = node.now()
-            node.send(msg.src, "model", params=W)
-            pulled[msg.src] = version
+            ps.reply(msg.src)
         elif msg.tag == "query":  # the scheduler: commit counts, step counts, and the model when asked
-            extra = {"params": W} if msg["params"] else {}
+            extra = {"params": ps.W} if msg["params"] else {}
             node.send(msg.src, "state", counts=counts, steps=steps, last=last, **extra)
 
 
@@ -266,22 +230,17 @@ class _Probe:
     """The global loss: W evaluated on a fixed random sample of the training set (outside any clock)."""
 
     def __init__(self, node: Node, n: int):
-        from edgeml.models import loss_for
-        from edgeml.train import flatten_module
+        import torch
 
-        job = node.job
-        ds = job.dataset
+        from edgeml.train import Evaluator
+
+        ds = node.job.dataset
         g = torch.Generator().manual_seed(node.cfg.run.seed + 11)
         idx = torch.randperm(len(ds.y_train), generator=g)[: min(n, len(ds.y_train))]
-        self.x, self.y = ds.x_train[idx], ds.y_train[idx]
-        self.model = job.make_model()
-        flatten_module(self.model)
-        self.loss_fn = loss_for(job.model_name)
+        self.evaluate = Evaluator(node.job, ds.x_train[idx], ds.y_train[idx])
 
-    def __call__(self, params: torch.Tensor) -> float:
-        from edgeml.train import evaluate
-
-        return evaluate(self.model, params, self.loss_fn, self.x, self.y)[0]
+    def __call__(self, params) -> float:
+        return self.evaluate(params)[0]
 
 
 def adsp_scheduler(node: Node) -> None:
@@ -353,9 +312,6 @@ def adsp_scheduler(node: Node) -> None:
         epoch += 1
 
 
-def _nodes(cfg) -> list:
-    return [("ps", adsp_server), ("scheduler", adsp_scheduler)] + [("worker", adsp_worker)] * cfg.cluster.workers
-
-
 register(AlgorithmSpec("adsp", "Adaptive synchronous parallel: no waiting, commit rates searched online",
-                       ADSPConfig, _nodes, "adsp.txt Sec. 3-4, Alg. 1-2"))
+                       ADSPConfig, ps_nodes(adsp_server, adsp_worker, ("scheduler", adsp_scheduler)),
+                       "adsp.txt Sec. 3-4, Alg. 1-2"))
