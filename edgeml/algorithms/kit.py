@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable
 
 from edgeml.errors import UserError
 
@@ -79,12 +79,11 @@ class LocalSGDConfig(PSConfig):
 
     lr_decay: float = 0.9
     """The local learning rate is multiplied by this every ``lr_decay_s`` seconds (exponential decay)."""
-    lr_decay_s: float = 600.0
+    lr_decay_s: float = 0.0
     """Time constant of the local learning-rate decay, in seconds of the run's clock. 0 (auto): 20 time units
     (``kit.time_scale``: half the time budget, or 400 fastest steps without one). The paper gives no rate."""
 
-    time_settings: ClassVar[tuple[str, ...]] = ("lr_decay_s",)
-    """Settings whose 0 means auto (derived in ``resolve``)."""
+    time_settings = ("lr_decay_s",)  # settings whose 0 means auto, derived in ``resolve`` (not annotated: no field)
 
     def validate(self, cfg) -> None:
         super().validate(cfg)
