@@ -17,11 +17,12 @@ local models), and returns W with the tau of the next round.
   and ``adapt_period_s`` two (``kit.time_scale``: 20 steps of the fastest device or 1/40 of the budget,
   whichever is longer), so the search takes a small part of any run and tau adapts several times.
 - The loss L is the PS's estimate of the global model's training loss: each worker reports the loss of the
-  first mini-batch of a round, computed on the model the PS sent, and the PS averages the M reports.
+  first mini-batch of a round, computed on the model the PS sent, and the PS averages the M reports (in rank
+  order, so that the estimate does not depend on the order of arrival).
 
 Time series: ``decisions`` rows name = tau (every change), tau_trial (value: the reward of a candidate,
-with its ``tau``, the ``target``, the reward's ``rule`` and fit ``r2``), loss0 (L0) and loss (the estimate L at each adaptation); ``staleness``
-(0 for every update); ``settings`` (the resolved time settings, once).
+with its ``tau``, the ``target``, the reward's ``rule`` and fit ``r2``), loss0 (L0) and loss (the estimate
+L at each adaptation); ``staleness`` (0 for every update); ``settings`` (the resolved time settings, once).
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ def adacomm_server(node: Node, adapt: bool) -> None:
     while True:
         msgs = ps.gather()
         ps.apply_round(msgs)
-        losses = [float(m["loss"]) for m in msgs]
+        losses = [float(m["loss"]) for m in sorted(msgs, key=lambda m: m.src)]
         loss = sum(losses) / len(losses)  # of the model sent at `sent_at`
         now = node.now()
         old = tau

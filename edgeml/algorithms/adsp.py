@@ -114,8 +114,9 @@ class ADSPConfig(LocalSGDConfig):
             raise UserError(f"adsp.probe_samples = {self.probe_samples}: must be >= 1")
         if not 0 < self.target_ratio < 1:
             raise UserError(f"adsp.target_ratio = {self.target_ratio}: must lie in (0, 1)")
-        if not self.target_loss >= 0:
-            raise UserError(f"adsp.target_loss = {self.target_loss}: must be >= 0 (0 = use target_ratio)")
+        if not 0 <= self.target_loss < math.inf:
+            raise UserError(f"adsp.target_loss = {self.target_loss}: must be a finite number >= 0 (0 = use "
+                            f"target_ratio)")
 
     def resolve(self, job) -> "ADSPConfig":
         a = super().resolve(job)
@@ -256,7 +257,7 @@ def adsp_worker(node: Node) -> None:
 
 
 def adsp_server(node: Node) -> None:
-    import torch
+    import torch  # here, not at the top: importing the algorithms (config validation) stays free of torch
 
     node.algo.resolve(node.job).log_settings(node)
     ps = ParameterServer(node)
@@ -280,27 +281,22 @@ def adsp_server(node: Node) -> None:
             node.send(msg.src, "state", counts=counts, steps=steps, last=last, **extra)
 
 
-class _Probe:
-    """The global loss: W evaluated on a fixed random sample of the training set (outside any clock)."""
+def _probe(node: Node, n: int):
+    """The global loss's evaluator: W on a fixed random sample of ``n`` training examples (outside any clock)."""
+    import torch  # here, not at the top: importing the algorithms (config validation) stays free of torch
 
-    def __init__(self, node: Node, n: int):
-        import torch
+    from edgeml.train import Evaluator
 
-        from edgeml.train import Evaluator
-
-        ds = node.job.dataset
-        g = torch.Generator().manual_seed(node.cfg.run.seed + 11)
-        idx = torch.randperm(len(ds.y_train), generator=g)[: min(n, len(ds.y_train))]
-        self.evaluate = Evaluator(node.job, ds.x_train[idx], ds.y_train[idx])
-
-    def __call__(self, params) -> float:
-        return self.evaluate(params)[0]
+    ds = node.job.dataset
+    g = torch.Generator().manual_seed(node.cfg.run.seed + 11)
+    idx = torch.randperm(len(ds.y_train), generator=g)[: min(n, len(ds.y_train))]
+    return Evaluator(node.job, ds.x_train[idx], ds.y_train[idx])
 
 
 def adsp_scheduler(node: Node) -> None:
     a = node.algo.resolve(node.job)
     ps, workers = node.ranks("ps")[0], node.ranks("worker")
-    probe = _Probe(node, a.probe_samples)
+    probe = _probe(node, a.probe_samples)
     gamma, n = a.check_period_s, a.loss_samples
 
     def state(with_params: bool):
@@ -310,7 +306,7 @@ def adsp_scheduler(node: Node) -> None:
     def sample() -> tuple[float, float, object]:
         t = node.now()
         st = state(True)
-        return t, probe(st["params"]), st  # evaluating takes the scheduler's host time, not training time
+        return t, probe(st["params"])[0], st  # evaluating takes the scheduler's host time, not training time
 
     checkpoint, epoch = 0, 0
     st, loss = state(False), None

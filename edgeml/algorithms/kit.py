@@ -10,7 +10,8 @@ Server side
   per update applied on arrival, one per barrier round); ``pulled[w]`` is the version worker w last received;
   an update's *staleness* is ``version - pulled[src]`` when it arrives: the models made since its worker
   pulled, logged to the ``staleness`` series. ``step(ps, msg, staleness)`` is the update rule (the hook for
-  ASGD's eta / staleness, AdaComp's per-parameter rates, sparse or compressed updates).
+  ASGD's eta / staleness, AdaComp's per-parameter rates, sparse or compressed updates). A subclass keeps
+  more state (AdaComp's per-parameter counters: extend ``reply`` to snapshot them at each pull).
 - ``ps.apply(msg)``: one update on arrival (SSP, ASP, ADSP; ASGD, AdaComp, Comp-ASGD).
 - ``ps.gather()`` then ``ps.apply_round(msgs, combine=...)``: a barrier round (BSP, ADACOMM; ESync's PS mode
   with a ``combine`` that averages the round). ``gather`` waits for one push from *every* worker, crashed ones
@@ -50,8 +51,9 @@ if TYPE_CHECKING:
 
 def time_scale(job) -> float:
     """The run's unit for settings on the paper's time scale: 20 steps of the fastest device or 1/40 of the time
-    budget, whichever is longer. adsp.txt's check period (60 s) is about 1/40 to 1/60 of its runs and tens of
-    mini-batches long; with this unit a 20 s run gets 40 check periods, a 1000 s run 25 s periods."""
+    budget (``stop.max_time``), whichever is longer. adsp.txt's 60 s check period is many mini-batches long
+    and a small part of its hour-scale runs; with this unit a default 20 s run of 0.01 s steps gets 0.5 s
+    periods, and a 1000 s run of 2 s steps 40 s periods (what experiments/adsp.toml chose by hand)."""
     return max(20 * job.base_step_s, job.cfg.stop.max_time / 40)
 
 
@@ -64,10 +66,10 @@ class PSConfig:
 
     def validate(self, cfg) -> None:
         name = cfg.run.algorithm
-        if self.lr <= 0:
-            raise UserError(f"{name}.lr = {self.lr}: the learning rate must be > 0")
-        if self.global_lr < 0:
-            raise UserError(f"{name}.global_lr = {self.global_lr}: must be >= 0 (0 means 1/M)")
+        if not 0 < self.lr < math.inf:
+            raise UserError(f"{name}.lr = {self.lr}: the learning rate must be a finite number > 0")
+        if not 0 <= self.global_lr < math.inf:
+            raise UserError(f"{name}.global_lr = {self.global_lr}: must be a finite number >= 0 (0 means 1/M)")
 
     def eta(self, num_workers: int) -> float:
         return self.global_lr or 1.0 / num_workers
@@ -81,7 +83,8 @@ class LocalSGDConfig(PSConfig):
     """The local learning rate is multiplied by this every ``lr_decay_s`` seconds (exponential decay)."""
     lr_decay_s: float = 0.0
     """Time constant of the local learning-rate decay, in seconds of the run's clock. 0 (auto): 20 time units
-    (``kit.time_scale``: half the time budget, or 400 fastest steps without one). The paper gives no rate."""
+    (``kit.time_scale``): half the time budget or 400 steps of the fastest device, whichever is longer. The
+    paper says only that the rate "decays exponentially"."""
 
     time_settings = ("lr_decay_s",)  # settings whose 0 means auto, derived in ``resolve`` (not annotated: no field)
 
@@ -91,8 +94,9 @@ class LocalSGDConfig(PSConfig):
         if not 0 < self.lr_decay <= 1:
             raise UserError(f"{name}.lr_decay = {self.lr_decay}: must lie in (0, 1] (1 = no decay)")
         for key in self.time_settings:
-            if not getattr(self, key) >= 0:  # also refuses nan
-                raise UserError(f"{name}.{key} = {getattr(self, key)}: must be > 0 seconds, or 0 for auto")
+            if not 0 <= getattr(self, key) < math.inf:
+                raise UserError(f"{name}.{key} = {getattr(self, key)}: must be a finite number of seconds > 0, "
+                                f"or 0 for auto")
 
     def resolve(self, job) -> "LocalSGDConfig":
         """A copy with every auto (0) time setting derived from the run; every node derives the same values."""
@@ -224,8 +228,7 @@ class LocalWorker:
         self.cfg = cfg
         self.trainer = node.job.trainer(node.index, node.cfg.run.device)
         self.update = self.trainer.params.new_zeros(self.trainer.params.shape)  # U_i
-        self.steps = 0
-        """Local steps since the last commit."""
+        self.steps = 0  # local steps since the last commit
 
     def step(self) -> float:
         """One local SGD step at eta'(t), accumulated into U; returns the mini-batch loss."""
@@ -256,7 +259,7 @@ class LocalWorker:
         The request carries a zero tensor as large as U, so the exchange moves a commit's bytes each way and
         takes what a commit takes on this worker's link (latency, bandwidth, extra delay) without knowing it."""
         t0 = self.node.now()
-        self.node.send(ps, "pull", size=self.update)
+        self.node.send(ps, "pull", padding=self.update)
         self.trainer.params.copy_(self.node.recv(ps, "model")["params"])
         return self.node.now() - t0
 

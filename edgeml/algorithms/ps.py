@@ -28,7 +28,7 @@ from edgeml.errors import UserError
 if TYPE_CHECKING:
     from edgeml.runtime.base import Node
 
-__all__ = ["PSConfig", "SSPConfig", "bsp_server", "ssp_server", "ps_worker"]
+__all__ = ["PSConfig", "SSPConfig", "bsp_server", "ps_worker"]
 
 
 @dataclass
@@ -49,10 +49,6 @@ def bsp_server(node: Node) -> None:
         ps.apply_round(msgs)
         for w in sorted(m.src for m in msgs):
             ps.reply(w)
-
-
-def ssp_server(node: Node, staleness: float) -> None:
-    serve_async(node, staleness)
 
 
 register(AlgorithmSpec("bsp", "Bulk synchronous parallel: a barrier every step", PSConfig,

@@ -3,7 +3,7 @@
 import os
 
 from edgeml.algorithms import AlgorithmSpec, register
-from edgeml.algorithms.ps import PSConfig, ps_worker, ssp_server
+from edgeml.algorithms.kit import PSConfig, ps_nodes, ps_worker, serve_async
 
 
 def dying_worker(node):
@@ -16,9 +16,7 @@ def dying_worker(node):
     ps_worker(node)
 
 
-register(AlgorithmSpec("test-die", "a worker process dies", PSConfig,
-                       lambda cfg: [("ps", lambda n: ssp_server(n, float("inf")))]
-                       + [("worker", dying_worker)] * cfg.cluster.workers))
+register(AlgorithmSpec("test-die", "a worker process dies", PSConfig, ps_nodes(serve_async, dying_worker)))
 
 
 def shared_probe(node):
@@ -28,6 +26,4 @@ def shared_probe(node):
     ps_worker(node)
 
 
-register(AlgorithmSpec("test-shared", "reports shared data", PSConfig,
-                       lambda cfg: [("ps", lambda n: ssp_server(n, float("inf")))]
-                       + [("worker", shared_probe)] * cfg.cluster.workers))
+register(AlgorithmSpec("test-shared", "reports shared data", PSConfig, ps_nodes(serve_async, shared_probe)))
