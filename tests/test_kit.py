@@ -80,12 +80,44 @@ def test_async_bookkeeping_by_hand():
 def test_step_rule_hook_divides_by_staleness():
     """An ASGD-style rule (eta / staleness) is a step function; the kit passes each update's staleness."""
     node = FakeNode(2, eta=1.0, init=torch.zeros(1))
-    ps = ParameterServer(node, step=lambda ps, msg, s: ps.W.add_(msg["update"], alpha=-ps.eta / max(1, s)))
+    ps = ParameterServer(node, rule=lambda ps, msg, s: ps.W.add_(msg["update"], alpha=-ps.eta / max(1, s)))
     ps.apply(push(2, 1.0))  # staleness 0: full step
     ps.apply(push(3, 1.0))  # staleness 1
     ps.apply(push(3, 1.0))  # staleness 2 (worker 3 never pulled)
     assert ps.W.tolist() == [-(1.0 + 1.0 + 0.5)]
     assert staleness_rows(node) == [(0, 0), (1, 1), (1, 2)]
+
+
+class PerParameter(ParameterServer):
+    """A subclass with its own state: per-parameter staleness sigma_k (the updates that touched entry k since
+    the worker pulled; adacomp.txt Eq. 3) and rate eta / sigma_k (eta when 0), from per-parameter counters."""
+
+    def __init__(self, node):
+        super().__init__(node)
+        self.count = torch.zeros_like(self.W)
+        self.seen = {w: self.count.clone() for w in self.workers}
+
+    def step(self, msg, staleness):
+        u = msg["update"]
+        sigma = self.count - self.seen[msg.src]
+        self.W.sub_(torch.where(sigma > 0, self.eta / sigma, torch.full_like(sigma, self.eta)) * u)
+        self.count += u != 0
+
+    def reply(self, dst, **extra):
+        super().reply(dst, **extra)
+        self.seen[dst] = self.count.clone()
+
+
+def test_subclass_hooks_per_parameter_staleness():
+    node = FakeNode(2, eta=1.0, init=torch.zeros(2))
+    ps = PerParameter(node)
+    ps.apply(push(2, 1.0, 0.0))  # sigma (0, 0): W = (-1, 0); entry 0 touched once
+    ps.apply(push(3, 1.0, 1.0))  # sigma (1, 0): W = (-2, -1); counts (2, 1)
+    ps.reply(2)  # worker 2 pulls: its counts are (2, 1)
+    ps.apply(push(3, 0.0, 2.0))  # worker 3 never pulled: sigma (2, 1), rates (1/2, 1): W = (-2, -3)
+    ps.apply(push(2, 2.0, 2.0))  # sigma (2, 2) - (2, 1) = (0, 1): full rates: W = (-4, -5)
+    assert ps.W.tolist() == [-4.0, -5.0]
+    assert staleness_rows(node) == [(0, 0), (1, 1), (1, 2), (0, 1)]  # the global staleness, logged as ever
 
 
 def test_barrier_round_gathers_every_worker_and_applies_in_rank_order():

@@ -5,19 +5,20 @@ applies W <- W - eta U with the global learning rate eta (Eq. 1 with mu = 0; eta
 Sec. 5.1) and returns W. An algorithm of the family is what differs from that:
 
 Server side
-- ``ParameterServer(node, step=sgd_step)``: the preamble (W, a copy of the initial model, exposed for
+- ``ParameterServer(node, rule=sgd_rule)``: the preamble (W, a copy of the initial model, exposed for
   evaluation; eta; the worker ranks) and the bookkeeping. ``version`` counts the models the PS has made (one
   per update applied on arrival, one per barrier round); ``pulled[w]`` is the version worker w last received;
   an update's *staleness* is ``version - pulled[src]`` when it arrives: the models made since its worker
-  pulled, logged to the ``staleness`` series. ``step(ps, msg, staleness)`` is the update rule (the hook for
-  ASGD's eta / staleness, AdaComp's per-parameter rates, sparse or compressed updates). A subclass keeps
-  more state (AdaComp's per-parameter counters: extend ``reply`` to snapshot them at each pull).
+  pulled, logged to the ``staleness`` series. ``rule(ps, msg, staleness)`` applies one update to W (the hook
+  for ASGD's eta / staleness, sparse or compressed updates). A subclass that needs more state overrides
+  ``step(msg, staleness)`` and extends ``reply`` (AdaComp's per-parameter counters, snapshot at each pull).
 - ``ps.apply(msg)``: one update on arrival (SSP, ASP, ADSP; ASGD, AdaComp, Comp-ASGD).
 - ``ps.gather()`` then ``ps.apply_round(msgs, combine=...)``: a barrier round (BSP, ADACOMM; ESync's PS mode
   with a ``combine`` that averages the round). ``gather`` waits for one push from *every* worker, crashed ones
   included: a barrier protocol stalls when a worker dies, as it prescribes (it has no failure detector).
 - ``ps.reply(dst, **extra)``: send W (and extra fields) and record the pull.
-- ``serve_async(node, bound, step)``: the whole server of SSP (bound s), ASP (no bound) and ASGD-like rules.
+- ``serve_async(ps, bound)``: the whole server loop of SSP (bound s), ASP (no bound), and of ASGD, AdaComp or
+  Comp-ASGD given their ``ParameterServer``.
 
 Worker side
 - ``ps_worker(node, pack=dense)``: one mini-batch gradient per push, U = eta' g (BSP, SSP, ASP; ``pack`` turns
@@ -117,11 +118,11 @@ def local_lr(lr: float, decay: float, decay_s: float, t: float) -> float:
 
 # ------------------------------------------------------------------------------------------ the server
 
-Step = Callable[["ParameterServer", "Message", int], None]
+Rule = Callable[["ParameterServer", "Message", int], None]
 """An update rule: apply ``msg`` (which arrived with ``staleness``) to ``ps.W``."""
 
 
-def sgd_step(ps: ParameterServer, msg: Message, staleness: int) -> None:
+def sgd_rule(ps: ParameterServer, msg: Message, staleness: int) -> None:
     """W <- W - eta U (adsp.txt Eq. 1 with mu = 0; Alg. 2 PS line 3)."""
     ps.W.add_(msg["update"], alpha=-ps.eta)
 
@@ -129,19 +130,23 @@ def sgd_step(ps: ParameterServer, msg: Message, staleness: int) -> None:
 class ParameterServer:
     """The PS's model, learning rate and version/staleness bookkeeping (see the module docstring)."""
 
-    def __init__(self, node: Node, step: Step = sgd_step):
+    def __init__(self, node: Node, rule: Rule = sgd_rule):
         self.node = node
         self.W = node.job.init_params.clone()
         node.expose(self.W)
         self.workers = node.ranks("worker")
         self.eta = node.algo.eta(len(self.workers))
-        self.step = step
+        self.rule = rule
         self.version = 0
         self.pulled = {w: 0 for w in self.workers}
 
     def staleness(self, src: int) -> int:
         """Models made since worker ``src`` last pulled."""
         return self.version - self.pulled[src]
+
+    def step(self, msg: Message, staleness: int) -> None:
+        """Apply one update to W with the rule (the method a subclass overrides)."""
+        self.rule(self, msg, staleness)
 
     def _record(self, msg: Message, fields: dict[str, Any]) -> int:
         s = self.staleness(msg.src)
@@ -151,20 +156,20 @@ class ParameterServer:
     def apply(self, msg: Message, **fields: Any) -> int:
         """Apply one update on arrival (a new model version); log its staleness with ``fields``; return it."""
         s = self._record(msg, fields)
-        self.step(self, msg, s)
+        self.step(msg, s)
         self.version += 1
         return s
 
     def apply_round(self, msgs: list[Message],
                     combine: Callable[[ParameterServer, list[Message]], None] | None = None) -> None:
         """Apply a barrier round, in rank order whatever the arrival order: every update was computed on the
-        model of the previous round (staleness 0). ``combine(ps, msgs)`` replaces applying ``step`` to each in
-        turn (e.g. one averaged step). The round makes one model version."""
+        model of the previous round (staleness 0). ``combine(ps, msgs)`` replaces one ``step`` per update
+        (e.g. one averaged step). The round makes one model version."""
         msgs = sorted(msgs, key=lambda m: m.src)
         stale = [self._record(m, {}) for m in msgs]
         if combine is None:
             for m, s in zip(msgs, stale):
-                self.step(self, m, s)
+                self.step(m, s)
         else:
             combine(self, msgs)
         self.version += 1
@@ -183,10 +188,10 @@ class ParameterServer:
         return list(got.values())
 
 
-def serve_async(node: Node, bound: float = math.inf, step: Step = sgd_step) -> None:
+def serve_async(ps: ParameterServer, bound: float = math.inf) -> None:
     """Apply every push on arrival; answer a worker that has pushed c updates only once c <= min_j c_j + bound
     (SSP, Ho et al. 2013; ASP with no bound). A crashed worker's count stops, so SSP waits for it."""
-    ps = ParameterServer(node, step)
+    node = ps.node
     clock = {w: 0 for w in ps.workers}
     held: list[int] = []
     while True:

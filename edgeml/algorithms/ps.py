@@ -28,7 +28,7 @@ from edgeml.errors import UserError
 if TYPE_CHECKING:
     from edgeml.runtime.base import Node
 
-__all__ = ["PSConfig", "SSPConfig", "bsp_server", "ps_worker"]
+__all__ = ["PSConfig", "SSPConfig", "asp_server", "bsp_server", "ps_worker", "ssp_server"]
 
 
 @dataclass
@@ -43,6 +43,7 @@ class SSPConfig(PSConfig):
 
 
 def bsp_server(node: Node) -> None:
+    """Wait for every worker's update, apply them in rank order, return the new model to all."""
     ps = ParameterServer(node)
     while True:
         msgs = ps.gather()
@@ -53,7 +54,15 @@ def bsp_server(node: Node) -> None:
 
 register(AlgorithmSpec("bsp", "Bulk synchronous parallel: a barrier every step", PSConfig,
                        ps_nodes(bsp_server, ps_worker), "adsp.txt Sec. 2.2"))
+def ssp_server(node: Node) -> None:
+    serve_async(ParameterServer(node), node.algo.staleness)
+
+
+def asp_server(node: Node) -> None:
+    serve_async(ParameterServer(node), math.inf)
+
+
 register(AlgorithmSpec("ssp", "Stale synchronous parallel with staleness bound s", SSPConfig,
-                       ps_nodes(lambda node: serve_async(node, node.algo.staleness), ps_worker), "adsp.txt Sec. 2.2"))
+                       ps_nodes(ssp_server, ps_worker), "adsp.txt Sec. 2.2"))
 register(AlgorithmSpec("asp", "Asynchronous parallel (TAP): every update applied on arrival", PSConfig,
-                       ps_nodes(lambda node: serve_async(node, math.inf), ps_worker), "adsp.txt Sec. 2.2"), "tap")
+                       ps_nodes(asp_server, ps_worker), "adsp.txt Sec. 2.2"), "tap")

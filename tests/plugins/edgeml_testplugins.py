@@ -3,7 +3,8 @@
 import os
 
 from edgeml.algorithms import AlgorithmSpec, register
-from edgeml.algorithms.kit import PSConfig, ps_nodes, ps_worker, serve_async
+from edgeml.algorithms.kit import PSConfig, ps_nodes, ps_worker
+from edgeml.algorithms.ps import asp_server
 
 
 def dying_worker(node):
@@ -16,7 +17,7 @@ def dying_worker(node):
     ps_worker(node)
 
 
-register(AlgorithmSpec("test-die", "a worker process dies", PSConfig, ps_nodes(serve_async, dying_worker)))
+register(AlgorithmSpec("test-die", "a worker process dies", PSConfig, ps_nodes(asp_server, dying_worker)))
 
 
 def shared_probe(node):
@@ -26,4 +27,4 @@ def shared_probe(node):
     ps_worker(node)
 
 
-register(AlgorithmSpec("test-shared", "reports shared data", PSConfig, ps_nodes(serve_async, shared_probe)))
+register(AlgorithmSpec("test-shared", "reports shared data", PSConfig, ps_nodes(asp_server, shared_probe)))
