@@ -7,7 +7,6 @@ import json
 import math
 from types import SimpleNamespace
 
-import pandas as pd
 import pytest
 import torch
 

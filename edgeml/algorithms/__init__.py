@@ -1,11 +1,13 @@
 """The shipped algorithms, registered by importing their modules; plugins named in ``EDGEML_PLUGINS`` add more.
 
-The registry itself lives in ``edgeml.algorithms.registry`` (re-exported here); the parameter-server kit the
-PS algorithms share lives in ``edgeml.algorithms.kit``.
+The registry itself lives in ``edgeml.algorithms.registry`` (re-exported here; algorithm modules import it,
+never this package); the parameter-server kit the PS algorithms share lives in ``edgeml.algorithms.kit``.
+Algorithm modules import torch only inside node programs, so importing them (config validation, ``edgeml
+list``) stays fast.
 """
 
 from edgeml.algorithms.registry import ALIASES, REGISTRY, AlgorithmSpec, _load_plugins, get_algorithm, register
-from edgeml.algorithms import ps, adsp, adacomm  # noqa: F401,E402  (register bsp, ssp, asp, adsp, adacomm, fixed_adacomm)
+from edgeml.algorithms import ps, adsp, adacomm  # noqa: F401,E402  (they register what they define)
 
 BUILTIN: tuple[str, ...] = tuple(REGISTRY)
 """The algorithms edgeml ships (plugins and tests register more)."""
