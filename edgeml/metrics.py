@@ -26,7 +26,7 @@ from typing import Any, Callable
 import torch
 
 from edgeml.runtime.base import Counters, NodeInfo
-from edgeml.train import Job, evaluate
+from edgeml.train import Evaluator, Job
 
 FORMAT_VERSION = 1
 EVAL_COLUMNS = ["time_s", "total_steps", "total_samples", "total_bytes", "ps_ingress_bytes", "loss", "accuracy"]
@@ -77,14 +77,7 @@ class Monitor:
         self.job = job
         self.stop_cfg = job.cfg.stop
         ds = job.dataset
-        self.x_test = ds.x_test[job.test_index]
-        self.y_test = ds.y_test[job.test_index]
-        self.model = job.make_model()
-        from edgeml.train import flatten_module
-        from edgeml.models import loss_for
-
-        flatten_module(self.model)
-        self.loss_fn = loss_for(job.model_name)
+        self.evaluator = Evaluator(job, ds.x_test[job.test_index], ds.y_test[job.test_index])
         self.rows: list[dict[str, Any]] = []
         self.writer = writer
         self.on_row = on_row
@@ -95,7 +88,7 @@ class Monitor:
         if params:
             mean = params[0].detach().float().cpu().clone() if len(params) == 1 else \
                 torch.stack([p.detach().float().cpu() for p in params]).mean(0)
-            loss, acc = evaluate(self.model, mean, self.loss_fn, self.x_test, self.y_test)
+            loss, acc = self.evaluator(mean)
         else:
             loss, acc = math.nan, math.nan
         row = {"time_s": round(t, 6), "total_steps": totals.steps, "total_samples": totals.samples,

@@ -243,6 +243,20 @@ def _derived_seed(seed: int, stream: str) -> int:
     return int.from_bytes(hashlib.blake2b(f"{seed}/{stream}".encode(), digest_size=8).digest(), "little")
 
 
+class Evaluator:
+    """(loss, accuracy) of flat parameters on fixed examples ``x``, ``y`` with the run's model and loss: the
+    monitor's test set and ADSP's probe of the training loss use one."""
+
+    def __init__(self, job: Job, x: torch.Tensor, y: torch.Tensor):
+        self.model = job.make_model()
+        flatten_module(self.model)
+        self.loss_fn = loss_for(job.model_name)
+        self.x, self.y = x, y
+
+    def __call__(self, params: torch.Tensor) -> tuple[float, float]:
+        return evaluate(self.model, params, self.loss_fn, self.x, self.y)
+
+
 @torch.no_grad()
 def evaluate(model: nn.Module, params: torch.Tensor, loss_fn: nn.Module, x: torch.Tensor, y: torch.Tensor,
              batch: int = 1000) -> tuple[float, float]:

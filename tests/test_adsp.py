@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from conftest import simulate
-from edgeml.algorithms.adsp import fit_reward, local_lr, loss_curve, mu_implicit
+from edgeml.algorithms import adsp
+from edgeml.algorithms.adsp import RewardFit, fit_reward, loss_curve, mu_implicit
+from edgeml.algorithms.kit import local_lr
 from edgeml.config import load_config
 from edgeml.errors import UserError
 from edgeml.runner import run
@@ -25,31 +27,69 @@ def test_reward_fit_recovers_known_parameters(a1, a2, a3):
     times = np.linspace(10.0, 70.0, 7)  # the fit measures t from the first sample
     losses = loss_curve(times - 10.0, a1, a2, a3)
     target = a3 + 0.5 * (losses[-1] - a3)
-    r, fitted = fit_reward(times, losses, target)
-    assert fitted == pytest.approx((a1, a2, a3), rel=1e-4, abs=1e-6)
-    assert r == pytest.approx(a1 ** 2 / (1 / (target - a3) - a2), rel=1e-4)  # the paper's formula
+    fit = fit_reward(times, losses, target)
+    assert (fit.rule, fit.degenerate) == ("curve", "")
+    assert (fit.a1, fit.a2, fit.a3) == pytest.approx((a1, a2, a3), rel=1e-4, abs=1e-6)
+    assert fit.reward == pytest.approx(a1 ** 2 / (1 / (target - a3) - a2), rel=1e-4)  # the paper's formula
     # r is the inverse of the time at which the fitted curve reaches the target
-    assert loss_curve(1 / r, a1, a2, a3) == pytest.approx(target, rel=1e-6)
+    assert loss_curve(1 / fit.reward, a1, a2, a3) == pytest.approx(target, rel=1e-6)
+    assert fit.r2 == pytest.approx(1.0, abs=1e-9) and fit.rmse < 1e-6
 
 
 def test_reward_fit_with_three_samples_start_middle_end():
     t = [0.0, 30.0, 60.0]
-    r, fitted = fit_reward(t, loss_curve(t, 0.1, 0.5, 0.3), 0.6)
-    assert fitted == pytest.approx((0.1, 0.5, 0.3), rel=1e-4)
-    assert r == pytest.approx(0.01 / (1 / 0.3 - 0.5), rel=1e-4)
+    fit = fit_reward(t, loss_curve(t, 0.1, 0.5, 0.3), 0.6)
+    assert fit.rule == "curve" and (fit.a1, fit.a2, fit.a3) == pytest.approx((0.1, 0.5, 0.3), rel=1e-4)
+    assert fit.reward == pytest.approx(0.01 / (1 / 0.3 - 0.5), rel=1e-4)
 
 
-def test_reward_limits():
+FLATTENING = ([0.0, 1.0, 2.0, 3.0], loss_curve([0.0, 1.0, 2.0, 3.0], 1.0, 1.0, 0.5))  # 1.5, 1, 0.833, 0.75
+
+
+def test_reward_falls_back_to_the_line_when_the_asymptote_is_beyond_the_target():
+    # the curve l = 1/(t + 1) + 0.5 never reaches 0.4: the paper's formula would say r = 0 ("never")
+    fit = fit_reward(*FLATTENING, 0.4)
+    assert fit.rule == "slope" and fit.degenerate == "asymptote at or above the target"
+    assert fit.a3 == pytest.approx(0.5, rel=1e-4)  # the degenerate curve is still reported
+    # least squares by hand: mean t = 1.5, Sxx = 5, Sxy = -1.5*1.5 - 0.5*1 + 0.5*0.8333 + 1.5*0.75 = -1.20833
+    # slope = -0.241667, intercept = mean l - slope * 1.5 = 1.020833 + 0.3625 = 1.383333
+    assert fit.reward == pytest.approx(0.241667 / (1.383333 - 0.4), rel=1e-4)
+    # residuals 0.11667, -0.14167, -0.06667, 0.09167: SSres = 0.046528, SStot = 0.338281
+    assert fit.r2 == pytest.approx(1 - 0.046528 / 0.338281, rel=1e-3)
+    assert fit.rmse == pytest.approx(math.sqrt(0.046528 / 4), rel=1e-3)
+
+
+def test_reward_fit_bounds_the_asymptote_by_the_loss_floor():
+    t = [0.0, 1.0, 2.0, 3.0, 4.0]
+    below = loss_curve(t, 0.3, 0.5, -0.5)  # falls like a curve whose asymptote is negative
+    assert fit_reward(t, below, -0.2, floor=-1.0).a3 == pytest.approx(-0.5, rel=1e-3)  # a free fit finds it
+    fit = fit_reward(t, below, 0.5)  # a loss never goes below 0: the asymptote is held at the floor
+    assert fit.rule == "curve" and fit.a3 == pytest.approx(0.0, abs=1e-9) and 0 < fit.reward < math.inf
+    assert fit.r2 < 1.0
+
+
+def test_reward_fit_branches():
     t = [0.0, 1.0, 2.0, 3.0]
-    falling = loss_curve(t, 1.0, 1.0, 0.5)  # 1.5 -> 0.75, asymptote 0.5
-    assert fit_reward(t, falling, 0.4)[0] == 0.0  # target below the asymptote: never reached
-    assert fit_reward(t, falling, 2.0)[0] == math.inf  # target above the first loss: reached at once
-    assert fit_reward(t, [1.0, 1.1, 1.2, 1.3], 0.5)[0] == 0.0  # rising loss: never reached
-    # too few samples for the curve: the straight line through them, the family's limit
-    r, fitted = fit_reward([0.0, 2.0], [1.0, 0.8], 0.5)
-    assert fitted is None and r == pytest.approx(0.1 / 0.5)
+    # the target lies above the first loss: reached at once
+    assert fit_reward(*FLATTENING, 2.0).reward == math.inf
+    # a rising loss never reaches the target, whichever rule applies
+    assert fit_reward(t, [1.0, 1.1, 1.2, 1.3], 0.5).reward == 0.0
+    # too few samples for the curve: the straight line through them
+    fit = fit_reward([0.0, 2.0], [1.0, 0.8], 0.5)
+    assert (fit.rule, fit.degenerate) == ("slope", "fewer than 3 samples") and math.isnan(fit.a3)
+    assert fit.reward == pytest.approx(0.1 / 0.5) and fit.rmse == pytest.approx(0.0, abs=1e-12)
+    # no usable samples
+    assert fit_reward([0.0], [1.0], 0.5) == RewardFit(0.0, "none", "fewer than 2 finite samples")
+    assert fit_reward(t, [1.0, math.nan, 0.8, 0.7], 0.5).rule == "none"
     # a faster fall gives a larger reward
-    assert fit_reward(t, loss_curve(t, 2.0, 1.0, 0.5), 0.6)[0] > fit_reward(t, falling, 0.6)[0]
+    assert fit_reward(t, loss_curve(t, 2.0, 1.0, 0.5), 0.6).reward > fit_reward(*FLATTENING, 0.6).reward
+
+
+def test_reward_falls_back_to_the_line_when_the_fit_fails(monkeypatch):
+    monkeypatch.setattr(adsp, "_fit_curve", lambda *args: None)
+    fit = fit_reward(*FLATTENING, 0.4)
+    assert (fit.rule, fit.degenerate) == ("slope", "no fit") and math.isnan(fit.a1)
+    assert fit.reward == pytest.approx(0.241667 / (1.383333 - 0.4), rel=1e-4)
 
 
 def test_mu_implicit_by_hand():
@@ -69,12 +109,16 @@ def test_local_learning_rate_decays_exponentially():
 
 @pytest.mark.parametrize("override, key", [
     ("adsp.epoch_s=50", "adsp.epoch_s"),
-    ("adsp.check_period_s=0", "adsp.check_period_s"),
+    ("adsp.check_period_s=-1", "adsp.check_period_s"),
+    ("adsp.check_period_s=nan", "adsp.check_period_s"),
+    ("adsp.epoch_s=-5", "adsp.epoch_s"),
+    ("adsp.target_loss=nan", "adsp.target_loss"),
     ("adsp.loss_samples=2", "adsp.loss_samples"),
     ("adsp.target_ratio=1.0", "adsp.target_ratio"),
     ("adsp.fixed_rate=-1", "adsp.fixed_rate"),
     ("adsp.lr_decay=0", "adsp.lr_decay"),
-    ("adsp.lr_decay_s=0", "adsp.lr_decay_s"),
+    ("adsp.lr_decay_s=-1", "adsp.lr_decay_s"),
+    ("adsp.lr_decay_s=nan", "adsp.lr_decay_s"),
     ("adsp.probe_samples=0", "adsp.probe_samples"),
     ("adsp.no_such_key=1", "adsp.no_such_key"),
 ])
@@ -113,6 +157,9 @@ def test_commit_counts_stay_within_one_on_heterogeneous_workers(tmp_path, search
     if search:
         trials = read("trials")
         assert len(trials) >= 2 and trials.reward.notna().all()
+        assert set(trials["rule"]) <= {"curve", "slope"} and (trials.samples == 5).all()
+        assert (trials.rmse >= 0).all() and (trials.r2 <= 1).all()
+        assert ((trials.rule == "curve") == trials.degenerate.isna()).all()  # a reason whenever the line is used
         assert rates.value.min() >= 1 and rates.value.nunique() >= 2
     else:
         assert set(rates.value) == {4}
@@ -120,38 +167,57 @@ def test_commit_counts_stay_within_one_on_heterogeneous_workers(tmp_path, search
     assert mu.between(0, 1).all()
 
 
-def test_equal_speeds_and_fixed_rate_reduce_to_periodic_local_sgd():
-    """Equal speeds, fixed dC: every worker takes the same tau local steps and all commit at the same instants,
-    i.e. local-update SGD with period tau, the PS applying each update on arrival (Alg. 2)."""
+def test_equal_speeds_and_fixed_rate_equal_local_sgd_computed_independently():
+    """Equal speeds and a fixed rate dC = 2 per Gamma = 0.2 s, 0.01 s steps, no latency: the timer expires every
+    0.1 s and a worker commits after the last step that ends strictly before it, so every worker commits after
+    steps 9, 19, 29, 39, 49 (at t = 0.09, ..., 0.49; the run stops at 0.555): local SGD with tau = 9, 10, 10,
+    10, 10. All commit at the same instants, in rank order; the PS applies each on arrival (W <- W - U_i / M)
+    and worker i continues from W as it then is (Alg. 2). The reference below computes that with plain
+    trainers, independently of the run."""
     M, lr = 3, 0.05
     kernel, _, status, _ = simulate("run.algorithm='adsp'", f"cluster.workers={M}", "stop.max_time=0.555",
                                     "adsp.check_period_s=0.2", "adsp.epoch_s=0.4", "adsp.fixed_rate=2",
                                     f"adsp.lr={lr}", "adsp.lr_decay=1.0")
     assert status == "completed"
-    ps = kernel.nodes[kernel.roles["ps"][0]]
-    stale = pd.DataFrame([r for s, r in ps.series if s == "staleness"])
-    rounds = stale.groupby("time_s")
-    assert len(rounds) == 5 and all(len(g) == M for _, g in rounds)  # all workers commit together
-    for k, (_, g) in enumerate(rounds):  # each update is stale by the others' updates since the last pull
-        assert g.steps.nunique() == 1 and list(g.staleness) == (list(range(M)) if k == 0 else [M - 1] * M)
-    assert stale.steps.iloc[M] == 10  # tau = Gamma / dC / step time = 0.1 / 0.01 after the first round
-
+    taus = [9, 10, 10, 10, 10]
     job = build_job(kernel.job.cfg)
     workers = [job.trainer(i) for i in range(M)]
     W = job.init_params.clone()
-    for _, g in rounds:
-        updates = {}
-        for i in g.worker:
-            t, U = workers[i], torch.zeros_like(W)
-            for _ in range(int(g.steps.iloc[0])):
+    for tau in taus:
+        updates = []
+        for t in workers:
+            U = torch.zeros_like(W)
+            for _ in range(tau):
                 t.gradient()
                 U.add_(t.grad, alpha=lr)
                 t.sgd(lr)
-            updates[i] = U
-        for i in g.worker:  # in order of arrival; each worker continues from W as it then is
-            W.add_(updates[i], alpha=-1 / M)
-            workers[i].params.copy_(W)
+            updates.append(U)
+        for t, U in zip(workers, updates):
+            W.add_(U, alpha=-1 / M)
+            t.params.copy_(W)
+    ps = kernel.nodes[kernel.roles["ps"][0]]
     assert torch.equal(ps.exposed, W)
+    # and the PS saw exactly that schedule: per round, every worker in rank order with tau local steps,
+    # each update stale by the others' updates applied since that worker's last pull
+    stale = pd.DataFrame([r for s, r in ps.series if s == "staleness"])
+    assert list(stale.steps) == [tau for tau in taus for _ in range(M)]
+    assert list(stale.worker) == list(range(M)) * len(taus)
+    assert list(stale.staleness) == list(range(M)) + [M - 1] * M * (len(taus) - 1)
+
+
+def test_first_commit_overhead_is_measured_before_the_first_commit(tmp_path):
+    """With 50 ms of latency each way a commit takes 0.1 s: the first timer, set Gamma - O_i after the start,
+    already accounts for it (a timed pull at start), so every worker's first commit is in by the first
+    checkpoint, as C_target asks. With O_i = 0 they would all land 0.1 s late."""
+    path, read = _run(tmp_path, "cluster.workers=3", "cluster.hetero='1:1:2'", "network.latency_s=0.05",
+                      "stop.max_time=2.05", "adsp.check_period_s=0.5", "adsp.epoch_s=2", "adsp.fixed_rate=1")
+    commits = read("commits")
+    assert list(commits[commits.checkpoint == 1].commits) == [1, 1, 1]
+    assert (commits.groupby("checkpoint").commits.min() == commits.groupby("checkpoint").target.first()).all()
+    # the first commit of each worker left about 0.1 s (its measured round trip) before the checkpoint
+    stale = read("staleness")
+    first = stale.groupby("worker").time_s.min()
+    assert ((first > 0.5 - 0.1 - 0.02 + 0.05) & (first <= 0.5)).all()  # arrival = departure + 0.05 s
 
 
 def test_sim_runs_are_deterministic(tmp_path):

@@ -1,64 +1,17 @@
-"""Algorithm registry: each algorithm is a config dataclass plus node programs, registered by name.
+"""The shipped algorithms, registered by importing their modules; plugins named in ``EDGEML_PLUGINS`` add more.
 
-An algorithm module defines ``Config`` (a dataclass; an optional ``validate(self, cfg)`` refuses impossible
-values with ``UserError``) and a ``nodes(cfg)`` function returning ``[(role, program), ...]``: the node
-programs of one run, in rank order. Nodes with role ``"worker"`` are the devices of the heterogeneity profile,
-in order. Programs talk to ``edgeml.runtime.base.Node`` only.
+The registry itself lives in ``edgeml.algorithms.registry`` (re-exported here; algorithm modules import it,
+never this package); the parameter-server kit the PS algorithms share lives in ``edgeml.algorithms.kit``.
+Algorithm modules import torch only inside node programs, so importing them (config validation, ``edgeml
+list``) stays fast.
 """
 
-from __future__ import annotations
+from edgeml.algorithms.registry import ALIASES, REGISTRY, AlgorithmSpec, _load_plugins, get_algorithm, register
+from edgeml.algorithms import ps, adsp, adacomm  # noqa: F401,E402  (they register what they define)
 
-from dataclasses import dataclass
-from typing import Callable
+BUILTIN: tuple[str, ...] = tuple(REGISTRY)
+"""The algorithms edgeml ships (plugins and tests register more)."""
 
-from edgeml.errors import UserError
-
-
-@dataclass(frozen=True)
-class AlgorithmSpec:
-    name: str
-    summary: str
-    config: type
-    nodes: Callable[[object], list[tuple[str, Callable]]]
-    paper: str = ""
-
-
-REGISTRY: dict[str, AlgorithmSpec] = {}
-ALIASES: dict[str, str] = {}
-
-
-def register(spec: AlgorithmSpec, *aliases: str) -> AlgorithmSpec:
-    REGISTRY[spec.name] = spec
-    for a in aliases:
-        ALIASES[a] = spec.name
-    return spec
-
-
-def get_algorithm(name: str) -> AlgorithmSpec:
-    key = ALIASES.get(name.lower(), name.lower())
-    if key not in REGISTRY:
-        raise UserError(f"unknown algorithm {name!r}: choose one of {', '.join(sorted(REGISTRY))} (see edgeml list)")
-    return REGISTRY[key]
-
-
-from edgeml.algorithms import ps  # noqa: E402,F401  (registers bsp, ssp, asp)
-from edgeml.algorithms import adsp, adacomm  # noqa: E402,F401  (registers adsp, adacomm, fixed_adacomm)
-
-
-def _load_plugins() -> None:
-    """Import the modules named in ``EDGEML_PLUGINS`` (comma-separated), which register more algorithms.
-
-    Spawned worker processes inherit the variable, so a plugin algorithm runs on every backend.
-    """
-    import importlib
-    import os
-
-    for name in filter(None, (m.strip() for m in os.environ.get("EDGEML_PLUGINS", "").split(","))):
-        try:
-            importlib.import_module(name)
-        except ImportError as exc:
-            raise UserError(f"EDGEML_PLUGINS names module {name!r} which cannot be imported ({exc}): "
-                            f"fix the name or PYTHONPATH") from None
-
+__all__ = ["ALIASES", "BUILTIN", "REGISTRY", "AlgorithmSpec", "_load_plugins", "get_algorithm", "register"]
 
 _load_plugins()

@@ -12,40 +12,49 @@ local models), and returns W with the tau of the next round.
   from a common state; the reward was designed for exactly that, whereas raw loss decrease per second
   always favours the first candidate, which sees the steepest part of the curve.
 - **ADACOMM** then adapts tau every ``adapt_period_s`` seconds: tau = ceil(sqrt(L / L0) tau0) (Wang and
-  Joshi 2018), L0 being the loss when tau0 took effect. **Fixed ADACOMM** keeps tau0 (``adapt_period_s = 0``).
+  Joshi 2018), L0 being the loss when tau0 took effect. **Fixed ADACOMM** keeps tau0.
+- *Time scale* (open in both papers for this setting): left at 0, ``trial_s`` is one time unit of the run
+  and ``adapt_period_s`` two (``kit.time_scale``: 20 steps of the fastest device or 1/40 of the budget,
+  whichever is longer), so the search takes a small part of any run and tau adapts several times.
 - The loss L is the PS's estimate of the global model's training loss: each worker reports the loss of the
-  first mini-batch of a round, computed on the model the PS sent, and the PS averages the M reports.
+  first mini-batch of a round, computed on the model the PS sent, and the PS averages the M reports (in rank
+  order, so that the estimate does not depend on the order of arrival).
 
 Time series: ``decisions`` rows name = tau (every change), tau_trial (value: the reward of a candidate,
-with its ``tau`` and the ``target``), loss0 (L0) and loss (the estimate L at each adaptation); ``staleness``
-(0 for every update).
+with its ``tau``, the ``target``, the reward's ``rule`` and fit ``r2``), loss0 (L0) and loss (the estimate
+L at each adaptation); ``staleness`` (0 for every update); ``settings`` (the resolved time settings, once).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING
 
-import torch
-
-from edgeml.algorithms import AlgorithmSpec, register
-from edgeml.algorithms.adsp import LocalSGDConfig, fit_reward
+from edgeml.algorithms.adsp import fit_reward
+from edgeml.algorithms.kit import LocalSGDConfig, LocalWorker, ParameterServer, ps_nodes, time_scale
+from edgeml.algorithms.registry import AlgorithmSpec, register
 from edgeml.errors import UserError
-from edgeml.runtime.base import Node
+
+if TYPE_CHECKING:
+    from edgeml.runtime.base import Node
 
 
 @dataclass
-class AdacommConfig(LocalSGDConfig):
+class FixedAdacommConfig(LocalSGDConfig):
     tau0: int = 0
     """Local steps per round at the start; 0 chooses it by the search over ``tau_candidates``."""
     tau_candidates: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
     """Values of tau0 the search tries, in this order."""
-    trial_s: float = 30.0
-    """How long each candidate runs in the tau0 search (seconds; at least two rounds)."""
+    trial_s: float = 0.0
+    """How long each candidate runs in the tau0 search (seconds; at least two rounds). 0 (auto): one time unit
+    (``kit.time_scale``: 20 steps of the fastest device or 1/40 of the time budget, whichever is longer)."""
     target_ratio: float = 0.5
     """Search reward target: this fraction of the lowest loss estimate seen during the search."""
-    adapt_period_s: float = 60.0
-    """Set tau = ceil(sqrt(L / L0) tau0) every this many seconds; 0 keeps tau fixed (Fixed ADACOMM)."""
+
+    time_settings = ("lr_decay_s", "trial_s")
 
     def validate(self, cfg) -> None:
         super().validate(cfg)
@@ -55,21 +64,25 @@ class AdacommConfig(LocalSGDConfig):
         if not self.tau0 and (not self.tau_candidates or any(
                 not isinstance(t, int) or isinstance(t, bool) or t < 1 for t in self.tau_candidates)):
             raise UserError(f"{name}.tau_candidates = {self.tau_candidates}: give a list of whole numbers >= 1")
-        if self.trial_s <= 0:
-            raise UserError(f"{name}.trial_s = {self.trial_s}: must be > 0 seconds")
         if not 0 < self.target_ratio < 1:
             raise UserError(f"{name}.target_ratio = {self.target_ratio}: must lie in (0, 1)")
-        if self.adapt_period_s < 0:
-            raise UserError(f"{name}.adapt_period_s = {self.adapt_period_s}: must be >= 0 seconds (0 = fixed tau)")
+
+    def resolve(self, job) -> "FixedAdacommConfig":
+        return dataclasses.replace(super().resolve(job), trial_s=self.trial_s or time_scale(job))
 
     def first_tau(self) -> int:
         return self.tau0 or self.tau_candidates[0]
 
 
 @dataclass
-class FixedAdacommConfig(AdacommConfig):
+class AdacommConfig(FixedAdacommConfig):
     adapt_period_s: float = 0.0
-    """Fixed ADACOMM keeps tau0 for the whole run; > 0 adapts it like ADACOMM."""
+    """Set tau = ceil(sqrt(L / L0) tau0) every this many seconds. 0 (auto): two time units (``kit.time_scale``)."""
+
+    time_settings = ("lr_decay_s", "trial_s", "adapt_period_s")
+
+    def resolve(self, job) -> "AdacommConfig":
+        return dataclasses.replace(super().resolve(job), adapt_period_s=self.adapt_period_s or 2 * time_scale(job))
 
 
 def adapted_tau(tau0: int, loss: float, loss0: float) -> int:
@@ -80,31 +93,19 @@ def adapted_tau(tau0: int, loss: float, loss0: float) -> int:
 
 
 def adacomm_worker(node: Node) -> None:
-    a = node.algo
-    trainer = node.job.trainer(node.index, node.cfg.run.device)
+    a = node.algo.resolve(node.job)
+    w = LocalWorker(node, a)
     ps = node.ranks("ps")[0]
-    update = torch.zeros_like(trainer.params)
     tau = a.first_tau()
     while True:
-        losses = []
-        for _ in range(tau):
-            losses.append(node.compute(trainer.gradient, samples=trainer.batch_size))
-            lr = a.local_lr(node.now())
-            update.add_(trainer.grad, alpha=lr)  # U_i <- U_i + eta' g_i
-            trainer.sgd(lr)
-        node.push(ps, "push", update=update, loss=losses[0])  # losses[0]: the loss of the model pulled
-        msg = node.recv(ps, "model")
-        trainer.params.copy_(msg["params"])
-        update.zero_()
-        tau = int(msg["tau"])
+        losses = w.run(tau)
+        tau = int(w.commit(ps, loss=losses[0])["tau"])  # losses[0]: the loss of the model pulled
 
 
-def adacomm_server(node: Node) -> None:
-    a = node.algo
-    W = node.job.init_params.clone()
-    node.expose(W)
-    workers = node.ranks("worker")
-    eta = a.eta(len(workers))
+def adacomm_server(node: Node, adapt: bool) -> None:
+    a = node.algo.resolve(node.job)
+    a.log_settings(node)
+    ps = ParameterServer(node)
     tau = tau0 = a.first_tau()
     untried = [] if a.tau0 else list(a.tau_candidates[1:])
     searching = not a.tau0
@@ -113,14 +114,9 @@ def adacomm_server(node: Node) -> None:
     sent_at = 0.0
     node.log("decisions", name="tau", value=tau)
     while True:
-        updates, losses = {}, []
-        while len(updates) < len(workers):
-            msg = node.recv(tag="push")
-            updates[msg.src] = msg["update"]
-            losses.append(float(msg["loss"]))
-        for src in sorted(updates):
-            W.add_(updates[src], alpha=-eta)
-            node.log("staleness", worker=node.worker_index(src), staleness=0)
+        msgs = ps.gather()
+        ps.apply_round(msgs)
+        losses = [float(m["loss"]) for m in sorted(msgs, key=lambda m: m.src)]
         loss = sum(losses) / len(losses)  # of the model sent at `sent_at`
         now = node.now()
         old = tau
@@ -134,13 +130,15 @@ def adacomm_server(node: Node) -> None:
                     trials.append((tau, [], []))
                 else:
                     target = a.target_ratio * min(min(ls) for _, _, ls in trials)
-                    rewards = [fit_reward(ts, ls, target)[0] for _, ts, ls in trials]
-                    for (k, _, _), r in zip(trials, rewards):
-                        node.log("decisions", name="tau_trial", value=r, tau=k, target=target)
+                    fits = [fit_reward(ts, ls, target) for _, ts, ls in trials]
+                    for (k, _, _), fit in zip(trials, fits):
+                        node.log("decisions", name="tau_trial", value=fit.reward, tau=k, target=target,
+                                 rule=fit.rule, r2=fit.r2)
+                    rewards = [fit.reward for fit in fits]
                     tau = tau0 = trials[rewards.index(max(rewards))][0]  # the first best on ties
                     searching = False
         elif loss0 is None:
-            loss0, next_adapt = loss, sent_at + a.adapt_period_s if a.adapt_period_s else math.inf
+            loss0, next_adapt = loss, sent_at + a.adapt_period_s if adapt else math.inf
             node.log("decisions", name="loss0", value=loss0)
         elif now >= next_adapt:
             tau = adapted_tau(tau0, loss, loss0)
@@ -150,15 +148,13 @@ def adacomm_server(node: Node) -> None:
         if tau != old:
             node.log("decisions", name="tau", value=tau)
         sent_at = now
-        for src in sorted(updates):
-            node.send(src, "model", params=W, tau=tau)
-
-
-def _nodes(cfg) -> list:
-    return [("ps", adacomm_server)] + [("worker", adacomm_worker)] * cfg.cluster.workers
+        for w in sorted(m.src for m in msgs):
+            ps.reply(w, tau=tau)
 
 
 register(AlgorithmSpec("adacomm", "Local-update SGD with a barrier every tau steps, tau adapted to the loss",
-                       AdacommConfig, _nodes, "adsp.txt Sec. 2.2, 5.1; Wang and Joshi 2018"))
+                       AdacommConfig, ps_nodes(partial(adacomm_server, adapt=True), adacomm_worker),
+                       "adsp.txt Sec. 2.2, 5.1; Wang and Joshi 2018"))
 register(AlgorithmSpec("fixed_adacomm", "ADACOMM with tau fixed (tau0 searched or given)",
-                       FixedAdacommConfig, _nodes, "adsp.txt Sec. 5.1"), "fixed-adacomm")
+                       FixedAdacommConfig, ps_nodes(partial(adacomm_server, adapt=False), adacomm_worker),
+                       "adsp.txt Sec. 5.1"), "fixed-adacomm")

@@ -28,14 +28,25 @@ Choices where the paper is open (the numeric ones are config fields below):
   checkpoint, as C_target asks ("submitted by the next checkpoint", Sec. 3), and the loss sampled at the
   checkpoint sees them. Expiries are spaced Gamma / dC_i apart from the first, Gamma / dC_i - O_i after the
   period's start: rounding a commit to a step boundary does not move the later ones, as with a real timer.
+- *O_i before the first commit.* Alg. 2 needs O_i for the first timer, before any commit was timed. Each
+  worker starts with a timed pull of the model whose request is as large as a commit (``LocalWorker.
+  timed_pull``), so the first O_i is a commit's round trip on that worker's link, measured through the node
+  interface on either backend; afterwards O_i is the duration of the worker's last commit.
 - *Global loss for the reward.* The scheduler pulls W from the PS and evaluates it on a fixed sample of
-  ``probe_samples`` training examples, at ``loss_samples`` evenly spaced times of each period (start,
-  middle and end for 3; Sec. 4.2). The end sample of a period is the start sample of the next. Evaluation
-  costs the scheduler's host time but no training time.
+  ``probe_samples`` training examples, at ``loss_samples`` evenly spaced times of each period (the paper's
+  "e.g. at the start, middle and end" is 3; we default to 5, as 3 samples and 3 parameters interpolate
+  noise). The end sample of a period is the start sample of the next. Evaluation costs the scheduler's host
+  time but no training time.
 - *The reward* (Sec. 4.2): fit l = 1/(a1^2 t + a2) + a3 (t from the trial's start), r = a1^2 / (1/(l* - a3)
   - a2): the inverse of the predicted time to reach l*. Both trials of a comparison share the target
   l* = target_ratio * (lowest loss sampled in either), so it lies ahead of both; ``target_loss`` fixes it.
-  See ``fit_reward`` for what happens when the fit fails or l* is out of reach.
+  The asymptote a3 is bounded below by 0 (no loss used here is negative). When the fit is degenerate (it
+  fails, or its asymptote lies at or above l* so the formula says "never") the reward is the inverse time to
+  l* along the least-squares line through the trial's samples; ``fit_reward`` documents every branch, and
+  each trial's row in ``trials`` says which rule gave its reward and how well it fitted (R^2, residual RMS).
+- *Time scale.* The paper's Gamma = 60 s and 20-minute epochs suit hour-long runs of 128-example batches;
+  left at 0 they are derived from the run (``kit.time_scale``): Gamma = 20 steps of the fastest device or
+  1/40 of the time budget, whichever is longer, and an epoch = 20 periods (the paper's ratio).
 - *Implicit momentum* (Eq. 3) is logged for each period from the rates dC_i and each worker's speed v_i so
   far (steps per second, from the step counts that ride on its commits), in seconds (see ``mu_implicit``).
 
@@ -44,57 +55,43 @@ local steps before the first commit, and C_target carried over between epochs so
 
 Time series: ``decisions`` rows name = c_target, commit_rate, mu_implicit (one per period), reward (one per
 trial) and target_loss (one per comparison); ``trials`` (per comparison, both trials: epoch, rate, reward,
-a1, a2, a3, target, first and last loss, trial_start); ``commits`` (checkpoint, worker, commits, target: the
+rule, degenerate, a1, a2, a3, r2, rmse, samples, target, first and last loss, trial_start); ``settings``
+(the resolved time settings, once); ``commits`` (checkpoint, worker, commits, target: the
 PS's commit count of every worker at every checkpoint, Theorem 2); ``staleness`` (worker, staleness, steps:
 per commit, the updates applied since the worker's last pull and its local steps in the commit).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from edgeml.algorithms import AlgorithmSpec, register
-from edgeml.algorithms.ps import PSConfig
+from edgeml.algorithms.kit import LocalSGDConfig, LocalWorker, ParameterServer, ps_nodes, time_scale
+from edgeml.algorithms.registry import AlgorithmSpec, register
 from edgeml.errors import UserError
-from edgeml.runtime.base import Node
 
-
-@dataclass
-class LocalSGDConfig(PSConfig):
-    """PS algorithms whose workers take local SGD steps between commits (ADSP, ADACOMM)."""
-
-    lr_decay: float = 0.9
-    """The local learning rate is multiplied by this every ``lr_decay_s`` seconds (exponential decay)."""
-    lr_decay_s: float = 600.0
-    """Time constant of the local learning-rate decay, in seconds of the run's clock."""
-
-    def local_lr(self, t: float) -> float:
-        return local_lr(self.lr, self.lr_decay, self.lr_decay_s, t)
-
-    def validate(self, cfg) -> None:
-        super().validate(cfg)
-        name = cfg.run.algorithm
-        if not 0 < self.lr_decay <= 1:
-            raise UserError(f"{name}.lr_decay = {self.lr_decay}: must lie in (0, 1] (1 = no decay)")
-        if self.lr_decay_s <= 0:
-            raise UserError(f"{name}.lr_decay_s = {self.lr_decay_s}: must be > 0 seconds")
+if TYPE_CHECKING:
+    from edgeml.runtime.base import Node
 
 
 @dataclass
 class ADSPConfig(LocalSGDConfig):
-    check_period_s: float = 60.0
-    """Check period Gamma in seconds (Sec. 5.1: 60 s)."""
-    epoch_s: float = 1200.0
-    """Epoch length in seconds: the commit-rate search restarts every epoch (Sec. 5.1: 20 minutes)."""
+    check_period_s: float = 0.0
+    """Check period Gamma in seconds (Sec. 5.1: 60 s). 0 (auto): ``kit.time_scale``, 20 steps of the fastest
+    device or 1/40 of the time budget, whichever is longer (at most half an explicit ``epoch_s``)."""
+    epoch_s: float = 0.0
+    """Epoch length in seconds: the commit-rate search restarts every epoch (Sec. 5.1: 20 minutes). 0 (auto):
+    20 check periods, the paper's ratio."""
     fixed_rate: int = 0
     """Commit rate dC per check period; 0 searches it online (Alg. 1), > 0 fixes it (Fig. 3 sweeps)."""
-    loss_samples: int = 3
-    """Global-loss samples per check period for the reward fit (Sec. 4.2: start, middle, end); >= 3."""
+    loss_samples: int = 5
+    """Global-loss samples per check period for the reward fit, evenly spaced from start to end (Sec. 4.2's
+    example is 3: start, middle, end); >= 3."""
     probe_samples: int = 512
     """Training examples (a fixed random sample) on which the scheduler evaluates the global loss."""
     target_ratio: float = 0.5
@@ -102,11 +99,11 @@ class ADSPConfig(LocalSGDConfig):
     target_loss: float = 0.0
     """Fixed reward target l*; 0 uses ``target_ratio``."""
 
+    time_settings = ("lr_decay_s", "check_period_s", "epoch_s")
+
     def validate(self, cfg) -> None:
         super().validate(cfg)
-        if self.check_period_s <= 0:
-            raise UserError(f"adsp.check_period_s = {self.check_period_s}: must be > 0 seconds")
-        if self.epoch_s < 2 * self.check_period_s:
+        if self.check_period_s and self.epoch_s and self.epoch_s < 2 * self.check_period_s:
             raise UserError(f"adsp.epoch_s = {self.epoch_s}: must be >= 2 * check_period_s = "
                             f"{2 * self.check_period_s:g} (the search compares at least two periods)")
         if self.fixed_rate < 0:
@@ -117,16 +114,17 @@ class ADSPConfig(LocalSGDConfig):
             raise UserError(f"adsp.probe_samples = {self.probe_samples}: must be >= 1")
         if not 0 < self.target_ratio < 1:
             raise UserError(f"adsp.target_ratio = {self.target_ratio}: must lie in (0, 1)")
-        if self.target_loss < 0:
-            raise UserError(f"adsp.target_loss = {self.target_loss}: must be >= 0 (0 = use target_ratio)")
+        if not 0 <= self.target_loss < math.inf:
+            raise UserError(f"adsp.target_loss = {self.target_loss}: must be a finite number >= 0 (0 = use "
+                            f"target_ratio)")
+
+    def resolve(self, job) -> "ADSPConfig":
+        a = super().resolve(job)
+        gamma = a.check_period_s or (min(time_scale(job), a.epoch_s / 2) if a.epoch_s else time_scale(job))
+        return dataclasses.replace(a, check_period_s=gamma, epoch_s=a.epoch_s or 20 * gamma)
 
 
 # ------------------------------------------------------------------------------------------ the math
-
-
-def local_lr(lr: float, decay: float, decay_s: float, t: float) -> float:
-    """eta'(t) = lr * decay^(t / decay_s): exponential decay over time (adsp.txt Sec. 5.1)."""
-    return lr * decay ** (t / decay_s)
 
 
 def loss_curve(t, a1: float, a2: float, a3: float):
@@ -134,56 +132,85 @@ def loss_curve(t, a1: float, a2: float, a3: float):
     return 1.0 / (a1 * a1 * np.asarray(t, dtype=float) + a2) + a3
 
 
-def fit_reward(times, losses, target: float) -> tuple[float, tuple[float, float, float] | None]:
-    """Reward of one trial (adsp.txt Sec. 4.2): (r, (a1, a2, a3)), r = 1 / (predicted time to reach ``target``).
+@dataclass(frozen=True)
+class RewardFit:
+    """The reward of one trial and how it was obtained (see ``fit_reward``)."""
 
-    Fits l = 1/(a1^2 t + a2) + a3 (t from the first sample) with ``scipy.optimize.curve_fit``, written as
-    l = b/(1 + k t) + a3 with b = 1/a2 > 0 and k = a1^2/a2 >= 0 so that the fit is well conditioned; then
-    r = a1^2 / (1/(l* - a3) - a2) = k (l* - a3) / (l(0) - l*). When the paper's formula has no finite
-    positive value we return its limit, so rewards stay comparable:
+    reward: float
+    rule: str
+    """``curve`` (the paper's fit), ``slope`` (the least-squares line) or ``none`` (no usable samples)."""
+    degenerate: str = ""
+    """Why the curve was not used ("" when it was)."""
+    a1: float = math.nan
+    a2: float = math.nan
+    a3: float = math.nan
+    """The fitted curve's parameters, also when it was degenerate (nan when there was no fit)."""
+    r2: float = math.nan
+    """Coefficient of determination of the rule's fit on the samples (nan when the samples are all equal)."""
+    rmse: float = math.nan
+    """Root mean square of the rule's residuals, in loss units."""
 
-    - l* <= a3: the fitted curve never reaches the target: r = 0 (infinite time; worse than any trial that
-      reaches it).
-    - l(0) <= l*: the target is reached at once: r = inf.
-    - the fit fails (too few points, non-finite values, no convergence): use the straight line, the family's
-      limit as b -> inf (least squares on the samples): r = slope / (l(0) - l*), 0 if the loss does not fall;
-      the parameters are then None.
+
+def fit_reward(times, losses, target: float, floor: float = 0.0) -> RewardFit:
+    """Reward of one trial (adsp.txt Sec. 4.2): r = 1 / (predicted time to reach the loss ``target``).
+
+    The paper's rule (``curve``): fit l = 1/(a1^2 t + a2) + a3 (t from the first sample) by least squares,
+    written as l = b/(1 + k t) + a3 with b = 1/a2 > 0, k = a1^2/a2 >= 0 so that the fit is well conditioned,
+    and a3 >= ``floor`` (a loss never falls below its floor: 0 for cross-entropy and hinge losses); then
+    r = a1^2 / (1/(l* - a3) - a2) = k (l* - a3) / (l(0) - l*), or inf when l(0) <= l* (reached at once).
+
+    The curve is *degenerate* when fewer than 3 samples allow no 3-parameter fit, when the fit fails or is not
+    finite, or when its asymptote a3 >= l*: the formula then says "never", which with a few noisy samples
+    is mostly an artefact (a sharp bend fitted to noise) and would tie every such trial at 0. Then the
+    reward follows the least-squares line through the samples (``slope``: the curve family's limit b -> inf,
+    a robust estimate of the rate of decrease): r = -slope / (l_line(0) - l*), 0 when the line does not
+    fall, inf when it starts at or below l*. Fewer than 2 finite samples give r = 0 (``none``).
     """
-    from scipy.optimize import OptimizeWarning, curve_fit
-
     t = np.asarray(times, dtype=float)
     y = np.asarray(losses, dtype=float)
     if len(t) < 2 or not (np.all(np.isfinite(t)) and np.all(np.isfinite(y))):
-        return 0.0, None
+        return RewardFit(0.0, "none", "fewer than 2 finite samples")
     t = t - t[0]
     span = float(t[-1]) or 1.0
-    tn = t / span  # fit in units of the trial's length
-    params = None
+    a, why = (math.nan,) * 3, "fewer than 3 samples"
     if len(t) >= 3:
-        drop = max(float(y[0] - y[-1]), 1e-6)
-        try:
-            with np.errstate(all="ignore"), warnings.catch_warnings():
-                warnings.simplefilter("ignore", OptimizeWarning)  # no covariance from 3 points: not needed
-                (b, k, a3), _ = curve_fit(lambda x, b, k, c: b / (1.0 + k * x) + c, tn, y,
-                                          p0=(2 * drop, 1.0, float(y[-1]) - drop),
-                                          bounds=([1e-12, 0.0, -np.inf], [np.inf, np.inf, np.inf]), maxfev=5000)
-            if all(map(math.isfinite, (b, k, a3))):
-                params = (float(b), float(k) / span, float(a3))  # k per second
-        except (RuntimeError, ValueError):
-            params = None
-    if params is None:
-        slope, l0 = np.polyfit(t, y, 1)
-        if slope >= 0:
-            return 0.0, None
-        return (math.inf if l0 <= target else float(-slope / (l0 - target))), None
-    b, k, a3 = params
-    fitted = (math.sqrt(k / b), 1.0 / b, float(a3))
-    if target <= a3:
-        return 0.0, fitted
-    l0 = b + a3
-    if l0 <= target:
-        return math.inf, fitted
-    return float(k * (target - a3) / (l0 - target)), fitted
+        params = _fit_curve(t / span, y, floor)  # fit in units of the trial's length
+        if params is None:
+            why = "no fit"
+        else:
+            b, k, a3 = params[0], params[1] / span, params[2]  # k per second
+            a = (math.sqrt(k / b), 1.0 / b, a3)
+            if a3 < target:
+                l0 = b + a3
+                r = math.inf if l0 <= target else k * (target - a3) / (l0 - target)
+                return RewardFit(float(r), "curve", "", *a, *_quality(y, b / (1.0 + k * t) + a3))
+            why = "asymptote at or above the target"
+    slope, l0 = np.polyfit(t, y, 1)
+    r = 0.0 if slope >= 0 else (math.inf if l0 <= target else -slope / (l0 - target))
+    return RewardFit(float(r), "slope", why, *a, *_quality(y, l0 + slope * t))
+
+
+def _fit_curve(tn, y, floor: float) -> tuple[float, float, float] | None:
+    """Least-squares (b, k, a3) of y = b/(1 + k t) + a3 with b > 0, k >= 0, a3 >= floor; None if it fails."""
+    from scipy.optimize import OptimizeWarning, curve_fit
+
+    drop = max(float(y[0] - y[-1]), 1e-6)
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", OptimizeWarning)  # no covariance from 3 points: not needed
+            (b, k, a3), _ = curve_fit(lambda x, b, k, c: b / (1.0 + k * x) + c, tn, y,
+                                      p0=(2 * drop, 1.0, max(floor, float(y[-1]) - drop)),
+                                      bounds=([1e-12, 0.0, floor], [np.inf, np.inf, np.inf]), maxfev=5000)
+    except (RuntimeError, ValueError):
+        return None
+    return (float(b), float(k), float(a3)) if all(map(math.isfinite, (b, k, a3))) else None
+
+
+def _quality(y, predicted) -> tuple[float, float]:
+    """(R^2, residual RMS) of ``predicted`` against ``y``."""
+    res = float(np.sum((y - predicted) ** 2))
+    tot = float(np.sum((y - np.mean(y)) ** 2))
+    return (1.0 - res / tot if tot > 0 else math.nan), math.sqrt(res / len(y))
 
 
 def mu_implicit(period: float, rates, speeds) -> float:
@@ -206,12 +233,12 @@ def mu_implicit(period: float, rates, speeds) -> float:
 
 
 def adsp_worker(node: Node) -> None:
-    a = node.algo
-    trainer = node.job.trainer(node.index, node.cfg.run.device)
+    a = node.algo.resolve(node.job)
+    w = LocalWorker(node, a)
     ps, sched = node.ranks("ps")[0], node.ranks("scheduler")[0]
-    update = torch.zeros_like(trainer.params)  # U_i
-    commits, left, steps = 0, 0, 0
-    overhead, interval, due = 0.0, math.inf, math.inf
+    commits, left = 0, 0
+    interval, due = math.inf, math.inf
+    overhead = w.timed_pull(ps)  # O_i for the first timer: a commit's round trip
     msg = node.recv(sched, "target")  # the first period's target
     while True:
         while msg is not None:  # a new period: restart the timer (Alg. 2 line 3)
@@ -220,74 +247,56 @@ def adsp_worker(node: Node) -> None:
             due = float(msg["start"]) + interval - overhead
             msg = node.recv(sched, "target", timeout=0)
         start = node.now()
-        node.compute(trainer.gradient, samples=trainer.batch_size)
-        lr = a.local_lr(node.now())
-        update.add_(trainer.grad, alpha=lr)  # U_i <- U_i + eta' g_i (Alg. 2 line 7)
-        trainer.sgd(lr)
-        steps += 1
+        w.step()
         if left > 0 and 2 * node.now() - start >= due - 1e-9:  # the timer expires during the next step
             start = node.now()
-            node.push(ps, "commit", update=update, steps=steps)
-            trainer.params.copy_(node.recv(ps, "model")["params"])
-            update.zero_()
+            w.commit(ps, "commit", steps=w.steps)
             overhead = node.now() - start
-            commits, left, steps, due = commits + 1, left - 1, 0, due + interval
+            commits, left, due = commits + 1, left - 1, due + interval
         msg = node.recv(sched, "target", timeout=0)
 
 
 def adsp_server(node: Node) -> None:
-    W = node.job.init_params.clone()
-    node.expose(W)
-    workers = node.ranks("worker")
-    eta = node.algo.eta(len(workers))
-    counts = torch.zeros(len(workers), dtype=torch.int64)
-    steps = torch.zeros(len(workers), dtype=torch.int64)
-    last = torch.zeros(len(workers), dtype=torch.float64)  # time of each worker's last commit
-    pulled = {w: 0 for w in workers}
-    version = 0
+    import torch  # here, not at the top: importing the algorithms (config validation) stays free of torch
+
+    node.algo.resolve(node.job).log_settings(node)
+    ps = ParameterServer(node)
+    m = len(ps.workers)
+    counts = torch.zeros(m, dtype=torch.int64)
+    steps = torch.zeros(m, dtype=torch.int64)
+    last = torch.zeros(m, dtype=torch.float64)  # time of each worker's last commit
     while True:
         msg = node.recv()
         if msg.tag == "commit":
             i = node.worker_index(msg.src)
-            node.log("staleness", worker=i, staleness=version - pulled[msg.src], steps=int(msg["steps"]))
-            W.add_(msg["update"], alpha=-eta)
-            version += 1
+            ps.apply(msg, steps=int(msg["steps"]))
             counts[i] += 1
             steps[i] += int(msg["steps"])
             last[i] = node.now()
-            node.send(msg.src, "model", params=W)
-            pulled[msg.src] = version
+            ps.reply(msg.src)
+        elif msg.tag == "pull":  # a worker's timed pull before its first commit
+            ps.reply(msg.src)
         elif msg.tag == "query":  # the scheduler: commit counts, step counts, and the model when asked
-            extra = {"params": W} if msg["params"] else {}
+            extra = {"params": ps.W} if msg["params"] else {}
             node.send(msg.src, "state", counts=counts, steps=steps, last=last, **extra)
 
 
-class _Probe:
-    """The global loss: W evaluated on a fixed random sample of the training set (outside any clock)."""
+def _probe(node: Node, n: int):
+    """The global loss's evaluator: W on a fixed random sample of ``n`` training examples (outside any clock)."""
+    import torch  # here, not at the top: importing the algorithms (config validation) stays free of torch
 
-    def __init__(self, node: Node, n: int):
-        from edgeml.models import loss_for
-        from edgeml.train import flatten_module
+    from edgeml.train import Evaluator
 
-        job = node.job
-        ds = job.dataset
-        g = torch.Generator().manual_seed(node.cfg.run.seed + 11)
-        idx = torch.randperm(len(ds.y_train), generator=g)[: min(n, len(ds.y_train))]
-        self.x, self.y = ds.x_train[idx], ds.y_train[idx]
-        self.model = job.make_model()
-        flatten_module(self.model)
-        self.loss_fn = loss_for(job.model_name)
-
-    def __call__(self, params: torch.Tensor) -> float:
-        from edgeml.train import evaluate
-
-        return evaluate(self.model, params, self.loss_fn, self.x, self.y)[0]
+    ds = node.job.dataset
+    g = torch.Generator().manual_seed(node.cfg.run.seed + 11)
+    idx = torch.randperm(len(ds.y_train), generator=g)[: min(n, len(ds.y_train))]
+    return Evaluator(node.job, ds.x_train[idx], ds.y_train[idx])
 
 
 def adsp_scheduler(node: Node) -> None:
-    a = node.algo
+    a = node.algo.resolve(node.job)
     ps, workers = node.ranks("ps")[0], node.ranks("worker")
-    probe = _Probe(node, a.probe_samples)
+    probe = _probe(node, a.probe_samples)
     gamma, n = a.check_period_s, a.loss_samples
 
     def state(with_params: bool):
@@ -297,7 +306,7 @@ def adsp_scheduler(node: Node) -> None:
     def sample() -> tuple[float, float, object]:
         t = node.now()
         st = state(True)
-        return t, probe(st["params"]), st  # evaluating takes the scheduler's host time, not training time
+        return t, probe(st["params"])[0], st  # evaluating takes the scheduler's host time, not training time
 
     checkpoint, epoch = 0, 0
     st, loss = state(False), None
@@ -338,24 +347,20 @@ def adsp_scheduler(node: Node) -> None:
                 best, rate = trial, rate + 1
                 continue
             target = a.target_loss or a.target_ratio * min(min(best[2]), min(losses))
-            r_best, fit_best = fit_reward(best[1], best[2], target)
-            r_new, fit_new = fit_reward(times, losses, target)
+            fit_best = fit_reward(best[1], best[2], target)
+            fit_new = fit_reward(times, losses, target)
             node.log("decisions", name="target_loss", value=target, epoch=epoch, rate=rate)
-            for (tr, fit, r) in ((best, fit_best, r_best), (trial, fit_new, r_new)):
-                a1, a2, a3 = fit or (math.nan,) * 3
-                node.log("trials", epoch=epoch, rate=tr[0], reward=r, a1=a1, a2=a2, a3=a3, target=target,
-                         loss_first=tr[2][0], loss_last=tr[2][-1], trial_start=tr[1][0])
-            node.log("decisions", name="reward", value=r_new, epoch=epoch, rate=rate)
-            if r_new > r_best:  # Alg. 1 line 11: keep increasing while the reward improves
+            for tr, fit in ((best, fit_best), (trial, fit_new)):
+                node.log("trials", epoch=epoch, rate=tr[0], **dataclasses.asdict(fit), samples=len(tr[2]),
+                         target=target, loss_first=tr[2][0], loss_last=tr[2][-1], trial_start=tr[1][0])
+            node.log("decisions", name="reward", value=fit_new.reward, epoch=epoch, rate=rate)
+            if fit_new.reward > fit_best.reward:  # Alg. 1 line 11: keep increasing while the reward improves
                 best, rate = trial, rate + 1
             else:
                 rate, searching = best[0], False
         epoch += 1
 
 
-def _nodes(cfg) -> list:
-    return [("ps", adsp_server), ("scheduler", adsp_scheduler)] + [("worker", adsp_worker)] * cfg.cluster.workers
-
-
 register(AlgorithmSpec("adsp", "Adaptive synchronous parallel: no waiting, commit rates searched online",
-                       ADSPConfig, _nodes, "adsp.txt Sec. 3-4, Alg. 1-2"))
+                       ADSPConfig, ps_nodes(adsp_server, adsp_worker, ("scheduler", adsp_scheduler)),
+                       "adsp.txt Sec. 3-4, Alg. 1-2"))

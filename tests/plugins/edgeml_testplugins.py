@@ -3,7 +3,8 @@
 import os
 
 from edgeml.algorithms import AlgorithmSpec, register
-from edgeml.algorithms.ps import PSConfig, ps_worker, ssp_server
+from edgeml.algorithms.kit import PSConfig, ps_nodes, ps_worker
+from edgeml.algorithms.ps import asp_server
 
 
 def dying_worker(node):
@@ -16,9 +17,7 @@ def dying_worker(node):
     ps_worker(node)
 
 
-register(AlgorithmSpec("test-die", "a worker process dies", PSConfig,
-                       lambda cfg: [("ps", lambda n: ssp_server(n, float("inf")))]
-                       + [("worker", dying_worker)] * cfg.cluster.workers))
+register(AlgorithmSpec("test-die", "a worker process dies", PSConfig, ps_nodes(asp_server, dying_worker)))
 
 
 def shared_probe(node):
@@ -28,6 +27,4 @@ def shared_probe(node):
     ps_worker(node)
 
 
-register(AlgorithmSpec("test-shared", "reports shared data", PSConfig,
-                       lambda cfg: [("ps", lambda n: ssp_server(n, float("inf")))]
-                       + [("worker", shared_probe)] * cfg.cluster.workers))
+register(AlgorithmSpec("test-shared", "reports shared data", PSConfig, ps_nodes(asp_server, shared_probe)))

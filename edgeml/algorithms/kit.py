@@ -1,0 +1,276 @@
+"""The parameter-server kit: what every PS algorithm shares, written once (adsp.txt Sec. 2.1, Eq. 1; Alg. 2).
+
+Workers send updates U (already scaled by their local learning rate eta') to a parameter server (PS), which
+applies W <- W - eta U with the global learning rate eta (Eq. 1 with mu = 0; eta = 1/M by default, adsp.txt
+Sec. 5.1) and returns W. An algorithm of the family is what differs from that:
+
+Server side
+- ``ParameterServer(node, rule=sgd_rule)``: the preamble (W, a copy of the initial model, exposed for
+  evaluation; eta; the worker ranks) and the bookkeeping. ``version`` counts the models the PS has made (one
+  per update applied on arrival, one per barrier round); ``pulled[w]`` is the version worker w last received;
+  an update's *staleness* is ``version - pulled[src]`` when it arrives: the models made since its worker
+  pulled, logged to the ``staleness`` series. ``rule(ps, msg, staleness)`` applies one update to W (the hook
+  for ASGD's eta / staleness, sparse or compressed updates). A subclass that needs more state overrides
+  ``step(msg, staleness)`` and extends ``reply`` (AdaComp's per-parameter counters, snapshot at each pull).
+- ``ps.apply(msg)``: one update on arrival (SSP, ASP, ADSP; ASGD, AdaComp, Comp-ASGD).
+- ``ps.gather()`` then ``ps.apply_round(msgs, combine=...)``: a barrier round (BSP, ADACOMM; ESync's PS mode
+  with a ``combine`` that averages the round). ``gather`` waits for one push from *every* worker, crashed ones
+  included: a barrier protocol stalls when a worker dies, as it prescribes (it has no failure detector).
+- ``ps.reply(dst, **extra)``: send W (and extra fields) and record the pull.
+- ``serve_async(ps, bound)``: the whole server loop of SSP (bound s), ASP (no bound), and of ASGD, AdaComp or
+  Comp-ASGD given their ``ParameterServer``.
+
+Worker side
+- ``ps_worker(node, pack=dense)``: one mini-batch gradient per push, U = eta' g (BSP, SSP, ASP; ``pack`` turns
+  U into the message's fields, e.g. a top-c sparse encoding).
+- ``LocalWorker(node, cfg)``: local SGD between commits, accumulating U = sum eta'(t) g (adsp.txt Alg. 2 lines
+  6-7; ADSP, ADACOMM; ESync's local iterations); ``commit`` pushes U and continues from the returned model;
+  ``timed_pull`` measures a commit's round trip before the first commit.
+
+Configuration: ``PSConfig`` (lr, global_lr) and ``LocalSGDConfig`` (the decaying local learning rate). Settings
+on the paper's time scale may be left at 0 (auto): ``resolve(job)`` derives them from ``time_scale(job)``, so
+a default run of any length has several periods, trials and adaptations in it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from edgeml.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
+
+    from edgeml.runtime.base import Message, Node
+
+
+# ------------------------------------------------------------------------------------------ configuration
+
+
+def time_scale(job) -> float:
+    """The run's unit for settings on the paper's time scale: 20 steps of the fastest device or 1/40 of the time
+    budget (``stop.max_time``), whichever is longer. adsp.txt's 60 s check period is many mini-batches long
+    and a small part of its hour-scale runs; with this unit a default 20 s run of 0.01 s steps gets 0.5 s
+    periods, and a 1000 s run of 2 s steps 40 s periods (what experiments/adsp.toml chose by hand)."""
+    return max(20 * job.base_step_s, job.cfg.stop.max_time / 40)
+
+
+@dataclass
+class PSConfig:
+    lr: float = 0.1
+    """Local learning rate eta': a worker's update is U = eta' g."""
+    global_lr: float = 0.0
+    """Global learning rate eta at the PS; 0 means 1/M for M workers."""
+
+    def validate(self, cfg) -> None:
+        name = cfg.run.algorithm
+        if not 0 < self.lr < math.inf:
+            raise UserError(f"{name}.lr = {self.lr}: the learning rate must be a finite number > 0")
+        if not 0 <= self.global_lr < math.inf:
+            raise UserError(f"{name}.global_lr = {self.global_lr}: must be a finite number >= 0 (0 means 1/M)")
+
+    def eta(self, num_workers: int) -> float:
+        return self.global_lr or 1.0 / num_workers
+
+
+@dataclass
+class LocalSGDConfig(PSConfig):
+    """PS algorithms whose workers take local SGD steps between commits (ADSP, ADACOMM)."""
+
+    lr_decay: float = 0.9
+    """The local learning rate is multiplied by this every ``lr_decay_s`` seconds (exponential decay)."""
+    lr_decay_s: float = 0.0
+    """Time constant of the local learning-rate decay, in seconds of the run's clock. 0 (auto): 20 time units
+    (``kit.time_scale``): half the time budget or 400 steps of the fastest device, whichever is longer. The
+    paper says only that the rate "decays exponentially"."""
+
+    time_settings = ("lr_decay_s",)  # settings whose 0 means auto, derived in ``resolve`` (not annotated: no field)
+
+    def validate(self, cfg) -> None:
+        super().validate(cfg)
+        name = cfg.run.algorithm
+        if not 0 < self.lr_decay <= 1:
+            raise UserError(f"{name}.lr_decay = {self.lr_decay}: must lie in (0, 1] (1 = no decay)")
+        for key in self.time_settings:
+            if not 0 <= getattr(self, key) < math.inf:
+                raise UserError(f"{name}.{key} = {getattr(self, key)}: must be a finite number of seconds > 0, "
+                                f"or 0 for auto")
+
+    def resolve(self, job) -> "LocalSGDConfig":
+        """A copy with every auto (0) time setting derived from the run; every node derives the same values."""
+        return dataclasses.replace(self, lr_decay_s=self.lr_decay_s or 20 * time_scale(job))
+
+    def local_lr(self, t: float) -> float:
+        return local_lr(self.lr, self.lr_decay, self.lr_decay_s, t)
+
+    def log_settings(self, node: Node) -> None:
+        """One ``settings`` row with the resolved time settings, so the run directory says what auto chose."""
+        node.log("settings", **{key: getattr(self, key) for key in self.time_settings})
+
+
+def local_lr(lr: float, decay: float, decay_s: float, t: float) -> float:
+    """eta'(t) = lr * decay^(t / decay_s): exponential decay over time (adsp.txt Sec. 5.1)."""
+    return lr * decay ** (t / decay_s)
+
+
+# ------------------------------------------------------------------------------------------ the server
+
+Rule = Callable[["ParameterServer", "Message", int], None]
+"""An update rule: apply ``msg`` (which arrived with ``staleness``) to ``ps.W``."""
+
+
+def sgd_rule(ps: ParameterServer, msg: Message, staleness: int) -> None:
+    """W <- W - eta U (adsp.txt Eq. 1 with mu = 0; Alg. 2 PS line 3)."""
+    ps.W.add_(msg["update"], alpha=-ps.eta)
+
+
+class ParameterServer:
+    """The PS's model, learning rate and version/staleness bookkeeping (see the module docstring)."""
+
+    def __init__(self, node: Node, rule: Rule = sgd_rule):
+        self.node = node
+        self.W = node.job.init_params.clone()
+        node.expose(self.W)
+        self.workers = node.ranks("worker")
+        self.eta = node.algo.eta(len(self.workers))
+        self.rule = rule
+        self.version = 0
+        self.pulled = {w: 0 for w in self.workers}
+
+    def staleness(self, src: int) -> int:
+        """Models made since worker ``src`` last pulled."""
+        return self.version - self.pulled[src]
+
+    def step(self, msg: Message, staleness: int) -> None:
+        """Apply one update to W with the rule (the method a subclass overrides)."""
+        self.rule(self, msg, staleness)
+
+    def _record(self, msg: Message, fields: dict[str, Any]) -> int:
+        s = self.staleness(msg.src)
+        self.node.log("staleness", worker=self.node.worker_index(msg.src), staleness=s, **fields)
+        return s
+
+    def apply(self, msg: Message, **fields: Any) -> int:
+        """Apply one update on arrival (a new model version); log its staleness with ``fields``; return it."""
+        s = self._record(msg, fields)
+        self.step(msg, s)
+        self.version += 1
+        return s
+
+    def apply_round(self, msgs: list[Message],
+                    combine: Callable[[ParameterServer, list[Message]], None] | None = None) -> None:
+        """Apply a barrier round, in rank order whatever the arrival order: every update was computed on the
+        model of the previous round (staleness 0). ``combine(ps, msgs)`` replaces one ``step`` per update
+        (e.g. one averaged step). The round makes one model version."""
+        msgs = sorted(msgs, key=lambda m: m.src)
+        stale = [self._record(m, {}) for m in msgs]
+        if combine is None:
+            for m, s in zip(msgs, stale):
+                self.step(m, s)
+        else:
+            combine(self, msgs)
+        self.version += 1
+
+    def reply(self, dst: int, tag: str = "model", **extra: Any) -> None:
+        """Send the current model (with ``extra`` fields) to ``dst``, which thereby pulls this version."""
+        self.node.send(dst, tag, params=self.W, **extra)
+        self.pulled[dst] = self.version
+
+    def gather(self, tag: str = "push") -> list[Message]:
+        """A barrier: wait for one message ``tag`` from every worker; return them in arrival order."""
+        got: dict[int, Message] = {}
+        while len(got) < len(self.workers):
+            msg = self.node.recv(tag=tag)
+            got[msg.src] = msg
+        return list(got.values())
+
+
+def serve_async(ps: ParameterServer, bound: float = math.inf) -> None:
+    """Apply every push on arrival; answer a worker that has pushed c updates only once c <= min_j c_j + bound
+    (SSP, Ho et al. 2013; ASP with no bound). A crashed worker's count stops, so SSP waits for it."""
+    node = ps.node
+    clock = {w: 0 for w in ps.workers}
+    held: list[int] = []
+    while True:
+        msg = node.recv(tag="push")
+        ps.apply(msg)
+        clock[msg.src] += 1
+        held.append(msg.src)
+        slowest = min(clock.values())
+        ready = [w for w in held if clock[w] <= slowest + bound]
+        held = [w for w in held if clock[w] > slowest + bound]
+        for w in ready:
+            ps.reply(w)
+
+
+# ------------------------------------------------------------------------------------------ workers
+
+
+def dense(update: torch.Tensor) -> dict[str, Any]:
+    """The update as it is: one float32 tensor on the wire."""
+    return {"update": update}
+
+
+def ps_worker(node: Node, pack: Callable[[torch.Tensor], dict[str, Any]] = dense) -> None:
+    """Compute a mini-batch gradient g, push ``pack(eta' g)`` with the batch loss, continue from the returned model."""
+    trainer = node.job.trainer(node.index, node.cfg.run.device)
+    ps = node.ranks("ps")[0]
+    lr = node.algo.lr
+    while True:
+        loss = node.compute(trainer.gradient, samples=trainer.batch_size)
+        node.push(ps, "push", **pack(trainer.grad * lr), loss=loss)
+        trainer.params.copy_(node.recv(ps, "model")["params"])
+
+
+class LocalWorker:
+    """A worker's local SGD between commits: U = sum eta'(t) g over its local steps (adsp.txt Alg. 2 lines 6-7)."""
+
+    def __init__(self, node: Node, cfg: LocalSGDConfig):
+        self.node = node
+        self.cfg = cfg
+        self.trainer = node.job.trainer(node.index, node.cfg.run.device)
+        self.update = self.trainer.params.new_zeros(self.trainer.params.shape)  # U_i
+        self.steps = 0  # local steps since the last commit
+
+    def step(self) -> float:
+        """One local SGD step at eta'(t), accumulated into U; returns the mini-batch loss."""
+        t = self.trainer
+        loss = self.node.compute(t.gradient, samples=t.batch_size)
+        lr = self.cfg.local_lr(self.node.now())
+        self.update.add_(t.grad, alpha=lr)  # U_i <- U_i + eta' g_i
+        t.sgd(lr)
+        self.steps += 1
+        return loss
+
+    def run(self, tau: int) -> list[float]:
+        """``tau`` local steps; their mini-batch losses."""
+        return [self.step() for _ in range(tau)]
+
+    def commit(self, ps: int, tag: str = "push", **data: Any) -> Message:
+        """Push U (a failure point) with ``data``, wait for the PS's reply, continue from its model, reset U."""
+        self.node.push(ps, tag, update=self.update, **data)
+        msg = self.node.recv(ps, "model")
+        self.trainer.params.copy_(msg["params"])
+        self.update.zero_()
+        self.steps = 0
+        return msg
+
+    def timed_pull(self, ps: int) -> float:
+        """Pull the model with a request the size of a commit; return the round trip, a commit's overhead O_i.
+
+        The request carries a zero tensor as large as U, so the exchange moves a commit's bytes each way and
+        takes what a commit takes on this worker's link (latency, bandwidth, extra delay) without knowing it."""
+        t0 = self.node.now()
+        self.node.send(ps, "pull", padding=self.update)
+        self.trainer.params.copy_(self.node.recv(ps, "model")["params"])
+        return self.node.now() - t0
+
+
+def ps_nodes(server: Callable, worker: Callable, *others: tuple[str, Callable]) -> Callable[[Any], list]:
+    """``nodes(cfg)`` for a PS algorithm: the PS (rank 1), ``others`` (e.g. a scheduler), then the workers."""
+    def nodes(cfg) -> list[tuple[str, Callable]]:
+        return [("ps", server), *others] + [("worker", worker)] * cfg.cluster.workers
+    return nodes

@@ -1,0 +1,57 @@
+"""The algorithm registry: each algorithm is a config dataclass plus node programs, registered by name.
+
+An algorithm module defines a config dataclass (an optional ``validate(self, cfg)`` refuses impossible values
+with ``UserError``) and a ``nodes(cfg)`` function returning ``[(role, program), ...]``: the node programs of
+one run, in rank order. Nodes with role ``"worker"`` are the devices of the heterogeneity profile, in order.
+Programs talk to ``edgeml.runtime.base.Node`` only. Algorithm modules import this module (never the package
+``edgeml.algorithms``, which imports them).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+from edgeml.errors import UserError
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    name: str
+    summary: str
+    config: type
+    nodes: Callable[[object], list[tuple[str, Callable]]]
+    paper: str = ""
+
+
+REGISTRY: dict[str, AlgorithmSpec] = {}
+ALIASES: dict[str, str] = {}
+
+
+def register(spec: AlgorithmSpec, *aliases: str) -> AlgorithmSpec:
+    REGISTRY[spec.name] = spec
+    for a in aliases:
+        ALIASES[a] = spec.name
+    return spec
+
+
+def get_algorithm(name: str) -> AlgorithmSpec:
+    key = ALIASES.get(name.lower(), name.lower())
+    if key not in REGISTRY:
+        raise UserError(f"unknown algorithm {name!r}: choose one of {', '.join(sorted(REGISTRY))} (see edgeml list)")
+    return REGISTRY[key]
+
+
+def _load_plugins() -> None:
+    """Import the modules named in ``EDGEML_PLUGINS`` (comma-separated), which register more algorithms.
+
+    Spawned worker processes inherit the variable, so a plugin algorithm runs on every backend.
+    """
+    for name in filter(None, (m.strip() for m in os.environ.get("EDGEML_PLUGINS", "").split(","))):
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise UserError(f"EDGEML_PLUGINS names module {name!r} which cannot be imported ({exc}): "
+                            f"fix the name or PYTHONPATH") from None
