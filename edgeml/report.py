@@ -728,5 +728,5 @@ def write_figures(runs: list[Run], out: Path, cmp: Comparison | None = None, pan
         fig = draw()
         for ext in ("png", "pdf"):
             fig.savefig(out / f"{name}.{ext}", dpi=150)
-        written.append(FigureFile(name, out / f"{name}.png", caption[:1].upper() + caption[1:]))
+        written.append(FigureFile(name, out / f"{name}.png", caption if cite else caption[:1].upper() + caption[1:]))
     return written

@@ -300,6 +300,8 @@ def plan(exp: Experiment, quick: bool = False, seeds: list[int] | None = None,
                     raise UserError(f"{exp.source.name}, run {name!r}: {exc}") from None
                 planned.append(p)
     labels = {p.name for p in planned}
+    # claims may name points of the full sweeps, which --quick may replace: they are then not measured
+    named = labels | {name for spec in exp.runs for name, _ in _sweep(spec)}
     specs = {s["name"]: s for s in exp.runs}
     where = exp.source.name
     try:
@@ -312,12 +314,15 @@ def plan(exp: Experiment, quick: bool = False, seeds: list[int] | None = None,
                 if name not in specs or len(specs[name].get("sweep") or {}) != 1:
                     raise UserError(f"{where}: trend claim {c.text!r} names {name!r}: name a [[runs]] entry "
                                     f"with a sweep over one key ({', '.join(s for s in specs if specs[s].get('sweep'))})")
-        elif c.run not in labels and c.run not in specs:
+        elif c.run not in named and c.run not in specs:
             raise UserError(f"{where}: claim {c.text!r} names run {c.run!r}: choose one of {', '.join(sorted(labels))} "
                             f"(or a swept [[runs]] name, to check it at every point)")
-        elif c.baseline and c.baseline not in labels and c.baseline not in specs:
-            raise UserError(f"{where}: claim {c.text!r} has baseline {c.baseline!r}: choose one of "
-                            f"{', '.join(sorted(labels))}")
+        elif c.baseline and c.baseline not in named and (c.baseline not in specs or c.run in named) and \
+                not ("[" in c.run and c.baseline + c.run[c.run.index("["):] in named):  # the same point
+            points = sorted({p.name for p in planned if p.spec == c.baseline})
+            raise UserError(f"{where}: claim {c.text!r} has baseline {c.baseline!r}: "
+                            + (f"it is swept, name one of its points ({', '.join(points)})" if points else
+                               f"choose one of {', '.join(sorted(labels))}"))
         if c.figure is not None and c.figure not in exp.figures:
             raise UserError(f"{where}: claim {c.text!r} names figure {c.figure!r}: choose one of "
                             f"{', '.join(exp.figures) or '(no [[figures]])'}")
