@@ -58,6 +58,11 @@ def _title(fig: Figure, text: str, context: str) -> None:
     fig.suptitle("\n".join(lines), fontsize=11)
 
 
+def _wrap(text: str, width: int = 18) -> str:
+    """A tick label on several lines: one per part of a setting, long parts folded at word boundaries."""
+    return "\n".join(textwrap.fill(part, width, break_long_words=False) for part in text.split(", "))
+
+
 def _order(df: pd.DataFrame, col: str) -> list:
     return list(dict.fromkeys(df[col])) if col in df else []
 
@@ -74,10 +79,13 @@ class Styles:
         self.colour = dict(zip(self.methods, palette))
         self.marker = {m: MARKERS[i % len(MARKERS)] for i, m in enumerate(self.methods)}
         self.dash = {s: DASHES[i % len(DASHES)] for i, s in enumerate(self.settings)}
-        keys = {s.split("=", 1)[0] for s in self.settings if s}
-        single = len(keys) == 1 and not any("," in s for s in self.settings)  # one key: its name is the title
-        self.setting_title = next(iter(keys)) if single else "setting"
-        self.setting_names = {s: s.split("=", 1)[1] if single and s else s or "-" for s in self.settings}
+        # settings that all set the same keys are named by their values, the keys titling the legend or axis
+        pairs = {s: [p.split("=", 1) for p in s.split(",")] if s else [] for s in self.settings}
+        keys = {tuple(k for k, _ in kv) for s, kv in pairs.items() if s}
+        same = len(keys) == 1 and all(pairs[s] for s in self.settings)
+        self.setting_title = ", ".join(next(iter(keys))) if same else "setting"
+        self.setting_names = {s: ", ".join(v for _, v in pairs[s]) if same else s.replace(",", ", ") or "-"
+                              for s in self.settings}
 
     @classmethod
     def of(cls, df: pd.DataFrame) -> "Styles":
@@ -185,7 +193,7 @@ def bars(reach: pd.DataFrame, target: str, context: str = "") -> Figure:
                 top = max(top, _bar(ax, x, width if grouped else 0.7, d[f"{q}_lo"].to_numpy(float),
                                     d[f"{q}_hi"].to_numpy(float), st.colour[method]))
         ticks = [st.setting_names[s] for s in groups] if grouped else st.methods
-        ax.set_xticks(range(len(ticks)), [textwrap.fill(t, 14) for t in ticks])
+        ax.set_xticks(range(len(ticks)), [_wrap(t) for t in ticks])
         ax.set_xlabel(st.setting_title if grouped else "")
         ax.set_ylabel(label)
         ax.set_ylim(0, top * 1.15 or 1)
@@ -347,7 +355,8 @@ def decisions(df: pd.DataFrame, context: str = "") -> Figure:
             method, g = g["method"].iloc[0], g.sort_values("time_s")
             kw = dict(color=st.colour[method], marker=st.marker[method])
             if steps:
-                ax.plot(g["time_s"], g["value"], drawstyle="steps-post", lw=1.2, ms=3, markevery=[0], **kw)
+                ls = st.dash[g["setting"].iloc[0]] if "setting" in g else "-"
+                ax.plot(g["time_s"], g["value"], drawstyle="steps-post", lw=1.2, ms=3, markevery=[0], ls=ls, **kw)
             else:
                 ax.plot(g["time_s"], g["value"], lw=0, ms=6, alpha=0.8, **kw)
         ax.set_title(name + ("" if steps else " (one point per event)"))
@@ -355,7 +364,7 @@ def decisions(df: pd.DataFrame, context: str = "") -> Figure:
         ax.set_ylabel(name)
     for ax in axes[len(names):]:
         ax.set_visible(False)
-    st.legend(fig, lines=False)
+    st.legend(fig)
     _title(fig, "Quantities the algorithms decided as they ran (one line or point set per node and seed)",
            context)
     return fig
