@@ -147,8 +147,8 @@ def list_(what: str = typer.Argument("all", help="algorithms, datasets, models, 
 def compare(
     run_dirs: list[str] = typer.Argument(..., help="Run directories, glob patterns, an experiment's results folder, "
                                                    "or folders holding run directories."),
-    target_accuracy: Optional[list[float]] = typer.Option(None, help="Time until this test accuracy (repeat "
-                                                                     "for several targets; the first is the headline)."),
+    target_accuracy: Optional[list[float]] = typer.Option(
+        None, help="Time until this test accuracy (repeat for several targets; the first is the headline)."),
     target_loss: Optional[list[float]] = typer.Option(None, help="Time until this test loss (repeatable)."),
     rule: str = typer.Option("stays", help="When a target counts as reached: stays (never leaves it again), "
                                            "smoothed, first, or stopping (the runs' own stopping rule)."),
@@ -175,7 +175,8 @@ def plot(
     recursive: bool = typer.Option(False, "--recursive", "-r", help="Search every folder below the given ones."),
 ) -> None:
     """Draw convergence curves and bars, time breakdown, throughput and the series figures (PNG and PDF)."""
-    from edgeml.report import load_runs, write_figures
+    from edgeml.figures import write_figures
+    from edgeml.report import load_runs
 
     for f in write_figures(load_runs(run_dirs, recursive), out):
         print(f.png)

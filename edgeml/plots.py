@@ -6,7 +6,7 @@ the same curve stay visible), line style the swept setting. Seeds of a run are d
 bootstrap band or error bar. A run that never reached a target is drawn at its budget, hatched and marked
 '>'. Figures are at most ``MAX_WIDTH`` inches wide; long titles wrap.
 
-The tables come from ``edgeml.report.figure_tables`` and carry ``method`` and ``setting`` columns. Nothing
+The tables come from ``edgeml.figures.figure_tables`` and carry ``method`` and ``setting`` columns. Nothing
 here knows an algorithm's internals: figures of the series a run wrote (``series/<name>.csv``) are chosen
 from ``SERIES_FIGURES``, keyed by the series' name, so an algorithm that writes a new series adds its figure
 there and nowhere else; decided quantities arrive as ``name``/``value`` rows.

@@ -3,9 +3,9 @@
 Output (``results/<paper>/quick/`` with ``--quick``): ``experiment.toml`` (the file used), ``runs/``,
 ``compare.csv``, ``compare_runs.csv``, ``compare_reach.csv``, ``compare.md``, ``figures/`` (PNG and PDF, one
 folder per figure group) and ``REPORT.md``: the verdicts, then one section per figure group with the paper's
-statements, what was measured, the verdicts and the figures. Tables and figures come from ``edgeml.report``,
-verdicts from ``edgeml.claims``. Finished runs are never deleted without ``--force``; a run that fails is
-recorded (its reason in REPORT.md) and the others go on.
+statements, what was measured, the verdicts and the figures. Tables come from ``edgeml.report``, figures from
+``edgeml.figures``, verdicts from ``edgeml.claims``. Finished runs are never deleted without ``--force``; a run
+that fails is recorded (its reason in REPORT.md) and the others go on.
 
 Experiment file ``experiments/<paper>.toml``::
 
@@ -84,8 +84,9 @@ import edgeml
 from edgeml.claims import HOLDS_SHARE, Claim, Result, evaluate, parse_claim
 from edgeml.convergence import RULES, Target
 from edgeml.errors import UserError
-from edgeml.report import (Comparison, FigureFile, Run, _fmt_value, _md_table, baseline_labels, choose_targets,
-                           claim_samples, compare, load_runs, panel_names, wide_console, write_figures)
+from edgeml.figures import FigureFile, panel_names, write_figures
+from edgeml.report import (Comparison, Run, baseline_labels, choose_targets, claim_samples, compare, fmt_value,
+                           load_runs, md_table, wide_console)
 
 EXPERIMENT_KEYS = {"paper", "title", "description", "seeds", "quick_seeds", "baseline", "target_accuracy",
                    "target_loss", "rule", "differences", "ci"}
@@ -271,7 +272,7 @@ def _sweep(spec: dict, quick: bool = False) -> list[tuple[str, dict]]:
         for key, v in zip(sweep, values):
             section, name = key.split(".", 1)
             layer.setdefault(section, {})[name] = v
-        tag = ",".join(f"{k}={_fmt_value(v)}" for k, v in zip(sweep, values))
+        tag = ",".join(f"{k}={fmt_value(v)}" for k, v in zip(sweep, values))
         points.append((f"{spec['name']}[{tag}]" if sweep else spec["name"], layer))
     return points
 
@@ -312,8 +313,9 @@ def plan(exp: Experiment, quick: bool = False, seeds: list[int] | None = None,
         if c.kind == "trend":
             for name in filter(None, (c.run, c.baseline)):
                 if name not in specs or len(specs[name].get("sweep") or {}) != 1:
+                    swept = ", ".join(s for s in specs if specs[s].get("sweep"))
                     raise UserError(f"{where}: trend claim {c.text!r} names {name!r}: name a [[runs]] entry "
-                                    f"with a sweep over one key ({', '.join(s for s in specs if specs[s].get('sweep'))})")
+                                    f"with a sweep over one key ({swept})")
         elif c.run not in named and c.run not in specs:
             raise UserError(f"{where}: claim {c.text!r} names run {c.run!r}: choose one of {', '.join(sorted(labels))} "
                             f"(or a swept [[runs]] name, to check it at every point)")
@@ -391,7 +393,7 @@ def _claims_table(results: list[Result]) -> str:
         rows.append(["" if r.claim == last else r.claim, r.paper, _at(r), str(r.n), r.measured, r.resolution,
                      f"**{r.verdict}**"])
         last = r.claim
-    return _md_table(["the paper says", "paper", "at", "n", "measured [95% CI]", "resolution", "verdict"], rows)
+    return md_table(["the paper says", "paper", "at", "n", "measured [95% CI]", "resolution", "verdict"], rows)
 
 
 def _at(r: Result) -> str:
@@ -414,7 +416,7 @@ def write_report(exp: Experiment, out: Path, cmp: Comparison | None, results: li
     lines = [f"# {exp.title}", "", *note, exp.description.strip(), "", "## Verdicts", ""]
     if results:
         sections = {g: exp.figures[g].title if g else "Figures" for g in figures}
-        lines += [_md_table(["claim", "at", "verdict", "section"],
+        lines += [md_table(["claim", "at", "verdict", "section"],
                             [[r.claim, _at(r), f"**{r.verdict}**",
                               _link(sections.get(r.figure or "", "Figures"))] for r in results]), "", VERDICT_NOTE, ""]
     else:
@@ -422,7 +424,7 @@ def write_report(exp: Experiment, out: Path, cmp: Comparison | None, results: li
     if failures:
         lines += ["## Failed runs", "", f"{len(failures)} of {len(planned)} runs failed; they are left out of every "
                   "table, figure and verdict below.", "",
-                  _md_table(["run", "seed", "reason"], [[p.name, str(p.seed), reason] for p, reason in failures]), ""]
+                  md_table(["run", "seed", "reason"], [[p.name, str(p.seed), reason] for p, reason in failures]), ""]
     for gid, files in figures.items():
         g = exp.figures.get(gid)
         lines += [f"## {g.title if g else 'Figures'}", ""]
@@ -445,13 +447,13 @@ def write_report(exp: Experiment, out: Path, cmp: Comparison | None, results: li
               f"{', '.join(map(str, sorted({p.seed for p in planned})))}, backend {', '.join(backend)}. "
               f"Everything above is rebuilt from `runs/` by `edgeml compare` and `edgeml plot`.", "",
               "Settings shared by every run:", "", "```toml", _toml({k: v for k, v in shared.items() if v}), "```", "",
-              _md_table(["run", "algorithm", "seeds", "its own settings"],
+              md_table(["run", "algorithm", "seeds", "its own settings"],
                         [[n, a, ", ".join(map(str, s)),
-                          "; ".join(f"{sec}.{k} = {_fmt_value(v)}" for sec, kv in e.items() for k, v in kv.items())
+                          "; ".join(f"{sec}.{k} = {fmt_value(v)}" for sec, kv in e.items() for k, v in kv.items())
                           or "-"] for n, (a, e, s) in per_run.items()]), "",
               "## Differences from the paper", "", exp.differences.strip() or "(none noted)", ""]
     if quick:
-        reduced = "; ".join(f"{s}.{k} = {_fmt_value(v)}" for s, kv in exp.quick.items() for k, v in kv.items())
+        reduced = "; ".join(f"{s}.{k} = {fmt_value(v)}" for s, kv in exp.quick.items() for k, v in kv.items())
         lines += [f"This is the **quick** reproduction (`--quick`), reduced to finish in minutes on 2 cores "
                   f"({reduced or 'no shared changes'}; plus each run's own quick settings above). Its numbers "
                   f"show the direction of each effect, not the paper's magnitudes; the full reproduction is "

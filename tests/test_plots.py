@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from edgeml import cli, plots
-from edgeml.report import load_runs, write_figures
+from edgeml.figures import write_figures
+from edgeml.report import load_runs
 from test_report import make_run
 
 
