@@ -543,6 +543,12 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
         work.append((p, cfg, p.dirname in selected and not kept))
     _prepare_out(out, work, force)
     shutil.copyfile(exp.source, out / "experiment.toml")
+    stale = sorted({p.name for p in (out / "runs").glob("*") if p.is_dir()} - {p.dirname for p in planned}) \
+        if (out / "runs").is_dir() else []
+    if stale:
+        console.print(f"{len(stale)} run directories in {out / 'runs'} are no run of this experiment (e.g. "
+                      f"{stale[0]}): left alone, and left out of the tables", style="yellow", highlight=False,
+                      markup=False)
     done: list[PlannedRun] = []  # the runs the tables cover: run now or kept
     failures: list[tuple[PlannedRun, str]] = []
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -199,8 +199,14 @@ def test_finished_runs_are_never_deleted_without_force(tmp_path, toy):
     result = CliRunner().invoke(cli.app, [*args, "--resume", "--force"])
     assert result.exit_code == 0, result.output
     assert "max_time = 2" in changed.read_text() and (kept / "summary.json").stat().st_mtime_ns == before
-    reproduce(toy, quick=True, out=out, seeds=[0], force=True)     # --force runs everything again
+    stray = runs / "from-an-older-experiment-s0"
+    stray.mkdir()
+    (stray / "summary.json").write_text('{"status": "completed"}')
+    result = CliRunner().invoke(cli.app, [*args, "--force"])          # --force runs everything again
+    assert result.exit_code == 0, result.output
     assert (kept / "summary.json").stat().st_mtime_ns != before
+    assert "1 run directories" in result.output and "no run of this experiment" in result.output
+    assert stray.is_dir() and len(pd.read_csv(out / "compare.csv")) == 3  # left alone, and out of the tables
 
 
 def test_a_failed_run_is_recorded_and_the_others_go_on(tmp_path, toy, monkeypatch):
