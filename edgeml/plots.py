@@ -180,7 +180,7 @@ def bars(reach: pd.DataFrame, target: str, context: str = "") -> Figure:
     st = Styles.of(reach)
     grouped = len(st.settings) > 1
     groups = st.settings if grouped else [""]
-    fig, axes = _figure(1, 2, max(8.0, min(MAX_WIDTH, 1.2 + 0.5 * len(st.methods) * len(groups) * 2)), 4.4)
+    fig, axes = _figure(1, 2, max(8.0, 2 * (1.0 + 0.9 * len(st.methods) * (len(groups) if grouped else 1))), 4.4)
     width = 0.8 / len(st.methods)
     for ax, (q, label) in zip(axes, (("time", f"time until {target} (s)"), ("steps", f"steps until {target}"))):
         top = 0.0
@@ -194,6 +194,10 @@ def bars(reach: pd.DataFrame, target: str, context: str = "") -> Figure:
                                     d[f"{q}_hi"].to_numpy(float), st.colour[method]))
         ticks = [st.setting_names[s] for s in groups] if grouped else st.methods
         ax.set_xticks(range(len(ticks)), [_wrap(t) for t in ticks])
+        if not grouped and max(map(len, ticks)) > 8:  # long method names lean rather than overlap
+            ax.tick_params(axis="x", labelrotation=25)
+            for tick in ax.get_xticklabels():
+                tick.set_horizontalalignment("right")
         ax.set_xlabel(st.setting_title if grouped else "")
         ax.set_ylabel(label)
         ax.set_ylim(0, top * 1.15 or 1)
@@ -251,8 +255,7 @@ def against(df: pd.DataFrame, x: str, ys: list[str], labels: dict[str, str], con
     for ax in axes[len(ys):]:
         ax.set_visible(False)
     st.legend(fig, lines=False)
-    _title(fig, f"Measured against {labels.get(x, x)}: mean over seeds with 95% bootstrap intervals; "
-                "hollow '>' points never reached the target (drawn at the budget)", context)
+    _title(fig, f"Against {labels.get(x, x)}: mean over seeds with 95% bootstrap intervals", context)
     return fig
 
 

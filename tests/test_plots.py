@@ -69,7 +69,7 @@ def test_colour_means_the_method_and_line_style_the_setting():
 def reach_frame() -> pd.DataFrame:
     rows = []
     for method, times, censored in (("bsp", (400.0, 500.0, 600.0), False), ("adsp", (200.0, 210.0, 220.0), False),
-                                    ("ssp", (1000.0, 1000.0, 1000.0), True)):
+                                    ("fixed_adacomm", (1000.0, 1000.0, 1000.0), True)):
         for seed, t in enumerate(times):
             rows.append({"method": method, "setting": "", "seed": seed, "time_lo": t,
                          "time_hi": math.inf if censored else t, "steps_lo": 10 * t,
@@ -82,7 +82,8 @@ def test_bars_of_convergence_time_and_steps_with_censored_bars_hatched():
     time, steps = fig.axes[:2]
     assert time.get_ylabel() == "time until loss stays <= 0.9 (s)"
     assert steps.get_ylabel() == "steps until loss stays <= 0.9"
-    assert [t.get_text() for t in time.get_xticklabels()] == ["bsp", "adsp", "ssp"]
+    assert [t.get_text() for t in time.get_xticklabels()] == ["bsp", "adsp", "fixed_adacomm"]
+    assert {t.get_rotation() for t in time.get_xticklabels()} == {25.0}  # long names lean, never overlap
     heights = [p.get_height() for p in time.patches]
     assert heights == pytest.approx([500.0, 210.0, 1000.0])
     assert [p.get_hatch() for p in time.patches] == [None, None, "//"]   # the run that never got there
