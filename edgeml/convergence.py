@@ -36,7 +36,7 @@ COLUMNS = {"time": "time_s", "steps": "total_steps", "bytes": "total_bytes"}
 @dataclass(frozen=True)
 class Target:
     metric: str  # "accuracy" (reach at least) or "loss" (fall to at most)
-    value: float = math.nan  # unused by the stopping rule
+    value: float = 0.0  # unused by the stopping rule
     rule: str = "stays"
     note: str = ""
 

@@ -251,7 +251,7 @@ def choose_targets(runs: list[Run], accuracy: Iterable[float] = (), loss: Iterab
         if values:
             return [Target(metric, float(v), rule) for v in values]
     if rule == "stopping":
-        return [Target("loss", math.nan, "stopping")]
+        return [Target("loss", rule="stopping")]
     for metric in ("accuracy", "loss"):
         values = {r.summary.get(f"target_{metric}") for r in runs}
         if len(values) == 1 and None not in values:

@@ -193,7 +193,7 @@ def _targets(where: str, e: dict) -> list[Target] | None:
                                      for v in values):
                 raise UserError(f"{where}: target_{metric} must be a number or a non-empty list of numbers")
             return [Target(metric, float(v), rule) for v in values]
-    return [Target("loss", math.nan, "stopping")] if rule == "stopping" else None
+    return [Target("loss", rule="stopping")] if rule == "stopping" else None
 
 
 def _figure_group(where: str, raw: dict, known: set[str]) -> FigureGroup:
@@ -346,7 +346,7 @@ def claim_targets(exp: Experiment, claim: Claim, cmp: Comparison) -> list[Target
     headline = (exp.targets or cmp.targets)[0]
     rule = claim.rule or headline.rule
     if rule == "stopping":
-        return [Target("loss", math.nan, "stopping")]
+        return [Target("loss", rule="stopping")]
     values = claim.targets or ([headline.value] if headline.rule != "stopping" else [])
     if not values:
         raise UserError(f"{exp.source.name}: claim {claim.text!r} needs targets: the experiment's rule is the "
