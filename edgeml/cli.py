@@ -143,12 +143,73 @@ def list_(what: str = typer.Argument("all", help="algorithms, datasets, models, 
             console.print(t)
 
 
-def _register_extensions() -> None:
-    """Commands that live in other modules (compare, plot, reproduce) register themselves on ``app``."""
-    try:
-        from edgeml import report, reproduce  # noqa: F401
-    except ImportError:
-        pass
+@command("compare")
+def compare(
+    run_dirs: list[str] = typer.Argument(..., help="Run directories, glob patterns, an experiment's results folder, "
+                                                   "or folders holding run directories."),
+    target_accuracy: Optional[list[float]] = typer.Option(
+        None, help="Time until this test accuracy (repeat for several targets; the first is the headline)."),
+    target_loss: Optional[list[float]] = typer.Option(None, help="Time until this test loss (repeatable)."),
+    rule: str = typer.Option("stays", help="When a target counts as reached: stays (never leaves it again), "
+                                           "smoothed, first, or stopping (the runs' own stopping rule)."),
+    baseline: Optional[str] = typer.Option(None, help="Run or algorithm speedups are measured against "
+                                                      "(default: bsp if present, else the first run)."),
+    recursive: bool = typer.Option(False, "--recursive", "-r", help="Search every folder below the given ones."),
+    out: Optional[Path] = typer.Option(None, help="Write compare.csv, compare_runs.csv, compare_reach.csv and "
+                                                  "compare.md here."),
+) -> None:
+    """Compare runs: accuracy, time to target (censored when never reached), paired speedup, bytes, time shares."""
+    from edgeml.report import compare_dirs, wide_console
+
+    cmp = compare_dirs(run_dirs, target_accuracy or [], target_loss or [], rule, baseline, recursive)
+    wide_console().print(*cmp.rich())
+    for p in cmp.write(out) if out else []:
+        print(p)
+
+
+@command("plot")
+def plot(
+    run_dirs: list[str] = typer.Argument(..., help="Run directories, glob patterns, an experiment's results folder, "
+                                                   "or folders holding run directories."),
+    out: Path = typer.Option(Path("figures"), help="Folder for the PNG and PDF figures."),
+    recursive: bool = typer.Option(False, "--recursive", "-r", help="Search every folder below the given ones."),
+) -> None:
+    """Draw convergence curves and bars, time breakdown, throughput and the series figures (PNG and PDF)."""
+    from edgeml.figures import write_figures
+    from edgeml.report import load_runs
+
+    for f in write_figures(load_runs(run_dirs, recursive), out):
+        print(f.png)
+        print(f.png.with_suffix(".pdf"))
+
+
+@command("reproduce")
+def reproduce(
+    paper: str = typer.Argument(..., help="Experiment name (a file experiments/<paper>.toml) or a .toml path."),
+    quick: bool = typer.Option(False, "--quick", help="Reduced version that finishes in minutes on 2 cores."),
+    out: Optional[Path] = typer.Option(None, help="Output folder (default results/<paper>/, or .../quick/)."),
+    seeds: Optional[str] = typer.Option(None, help="Comma-separated seeds replacing the experiment's, e.g. 0,1,2."),
+    backend: Optional[str] = typer.Option(None, help="procs or sim for every run."),
+    resume: bool = typer.Option(False, "--resume", help="Keep runs already finished in the output folder with the "
+                                                         "same configuration; run only the rest."),
+    only: Optional[str] = typer.Option(None, help="Run only the runs whose names match this glob (e.g. 'fig5*'); "
+                                                  "keep the others that already finished."),
+    force: bool = typer.Option(False, "--force", help="Delete finished runs in the output folder that this would "
+                                                      "run again (without it, reproduce refuses)."),
+) -> None:
+    """Run a paper's experiment: the system and its baselines; write tables, figures and REPORT.md with verdicts."""
+    from edgeml.reproduce import reproduce as run_experiment
+
+    seed_list = None
+    if seeds is not None:
+        try:
+            seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+        except ValueError:
+            raise UserError(f"--seeds {seeds!r}: give comma-separated integers, e.g. --seeds 0,1,2") from None
+    line = " ".join(["edgeml reproduce", paper] + (["--quick"] if quick else []) + ([f"--out {out}"] if out else [])
+                    + ([f"--seeds {seeds}"] if seeds else []) + ([f"--backend {backend}"] if backend else []))
+    print(run_experiment(paper, quick, out, seed_list, backend, command_line=line, resume=resume, only=only,
+                         force=force) / "REPORT.md")
 
 
 def _stop_on_signals() -> None:
@@ -164,7 +225,6 @@ def _stop_on_signals() -> None:
 
 
 def main() -> None:
-    _register_extensions()
     _stop_on_signals()
     app()
 

@@ -1,14 +1,23 @@
 """Figures: one function per figure, a tidy DataFrame in, a matplotlib Figure out.
 
 Every figure reads without the paper at hand: a title saying what is compared and under which settings, axis
-labels with units, one legend naming the runs. Seeds of a run are drawn as their mean with a 95% bootstrap band
-(seaborn). Runs keep the same colour in every figure. The tables come from ``edgeml.report.figure_tables``;
-nothing here knows an algorithm's internals: decided quantities arrive as ``name``/``value`` rows.
+labels with units, one legend. Colour means the method (with a marker of its own, so that two methods with
+the same curve stay visible), line style the swept setting. Seeds of a run are drawn as their mean with a 95%
+bootstrap band or error bar. A run that never reached a target is drawn at its budget, hatched and marked
+'>'. Figures are at most ``MAX_WIDTH`` inches wide; long titles wrap.
+
+The tables come from ``edgeml.figures.figure_tables`` and carry ``method`` and ``setting`` columns. Nothing
+here knows an algorithm's internals: figures of the series a run wrote (``series/<name>.csv``) are chosen
+from ``SERIES_FIGURES``, keyed by the series' name, so an algorithm that writes a new series adds its figure
+there and nowhere else; decided quantities arrive as ``name``/``value`` rows.
 """
 
 from __future__ import annotations
 
 import math
+import textwrap
+from dataclasses import dataclass
+from typing import Callable
 
 import matplotlib
 
@@ -18,115 +27,260 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import MaxNLocator, ScalarFormatter  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
+
+from edgeml.stats import bootstrap_band, bootstrap_ci  # noqa: E402
 
 X_AXES = {"time_s": "training time (s)", "total_steps": "total steps over all workers",
           "total_mb": "bytes sent by all nodes (MB)"}
 X_NAMES = {"time_s": "training time", "total_steps": "total steps", "total_mb": "bytes sent"}
 PARTS = {"computation": "#4C72B0", "communication": "#DD8452", "waiting": "#C44E52"}
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+DASHES = ("-", "--", ":", "-.", (0, (6, 2, 1, 2, 1, 2)), (0, (10, 3)), (0, (1, 3)), (0, (4, 1, 4, 4)))
 GRID_POINTS = 80
+MAX_WIDTH = 14.0     # inches; at 150 dpi a figure is at most 2100 px wide
+MAX_TICK_LABELS = 12  # per axis: more worker labels are thinned out
 
 
 def _figure(nrows: int, ncols: int, width: float, height: float) -> tuple[Figure, list]:
     # A bare Figure (no pyplot) leaves no global state behind, so many figures never pile up in memory.
     with sns.axes_style("whitegrid"), sns.plotting_context("notebook", font_scale=0.85):
-        fig = Figure(figsize=(width, height), layout="constrained")
+        fig = Figure(figsize=(min(width, MAX_WIDTH), height), layout="constrained")
         axes = fig.subplots(nrows, ncols, squeeze=False).ravel().tolist()
     return fig, axes
 
 
-def _order(df: pd.DataFrame) -> list[str]:
-    return list(dict.fromkeys(df["run"]))
-
-
-def _palette(runs: list[str]) -> dict[str, tuple]:
-    return dict(zip(runs, sns.color_palette("tab10" if len(runs) <= 10 else "husl", len(runs))))
-
-
 def _title(fig: Figure, text: str, context: str) -> None:
-    fig.suptitle(text + (f"\n{context}" if context else ""), fontsize=11)
+    width = max(40, int(fig.get_figwidth() * 11))  # characters that fit at this font size
+    lines = textwrap.wrap(text, width) + (textwrap.wrap(context, width) if context else [])
+    fig.suptitle("\n".join(lines), fontsize=11)
 
 
-def _one_legend(fig: Figure, axes: list, title: str) -> None:
-    """Replace the per-panel legends by one legend right of the panels."""
-    entries: dict[str, object] = {}
-    for ax in axes:
-        legend = ax.get_legend()
-        if legend is not None:
-            for handle, text in zip(legend.legend_handles, legend.get_texts()):
-                entries.setdefault(text.get_text(), handle)
-            legend.remove()
-    if not entries:
-        return
-    handles, labels = list(entries.values()), list(entries)
-    # Below the panels, in as many columns as fit: long run names never run into the title or the panels.
-    ncols = max(1, min(len(labels), int(fig.get_figwidth() * 11) // (max(map(len, labels)) + 6)))
-    # grow the figure by the legend's height, so that many runs never squeeze it into the panels
-    fig.set_figheight(fig.get_figheight() + 0.24 * (math.ceil(len(labels) / ncols) + 1))
-    fig.legend(handles, labels, title=title, loc="outside lower center", ncols=ncols, frameon=False)
+def _wrap(text: str, width: int = 18) -> str:
+    """A tick label on several lines: one per part of a setting, long parts folded at word boundaries."""
+    return "\n".join(textwrap.fill(part, width, break_long_words=False) for part in text.split(", "))
 
 
-def _band(values) -> tuple[float, float]:
-    # seaborn's own bootstrap loops in Python (seconds per curve); this one is vectorized and seeded.
-    from edgeml.report import bootstrap_ci
-
-    return bootstrap_ci(values)[1:]
+def _order(df: pd.DataFrame, col: str) -> list:
+    return list(dict.fromkeys(df[col])) if col in df else []
 
 
-def _on_common_grid(evals: pd.DataFrame, x: str) -> pd.DataFrame:
-    """Interpolate each seed of a run onto one x grid, so seaborn can average seeds into a band.
+@dataclass
+class Styles:
+    """Colour and marker per method, line style per setting, shared by every panel of one figure."""
+
+    methods: list[str]
+    settings: list[str]
+
+    def __post_init__(self):
+        palette = sns.color_palette("tab10" if len(self.methods) <= 10 else "husl", len(self.methods))
+        self.colour = dict(zip(self.methods, palette))
+        self.marker = {m: MARKERS[i % len(MARKERS)] for i, m in enumerate(self.methods)}
+        self.dash = {s: DASHES[i % len(DASHES)] for i, s in enumerate(self.settings)}
+        # settings that all set the same keys are named by their values, the keys titling the legend or axis
+        pairs = {s: [p.split("=", 1) for p in s.split(",")] if s else [] for s in self.settings}
+        keys = {tuple(k for k, _ in kv) for s, kv in pairs.items() if s}
+        same = len(keys) == 1 and all(pairs[s] for s in self.settings)
+        self.setting_title = ", ".join(next(iter(keys))) if same else "setting"
+        self.setting_names = {s: ", ".join(v for _, v in pairs[s]) if same else s.replace(",", ", ") or "-"
+                              for s in self.settings}
+
+    @classmethod
+    def of(cls, df: pd.DataFrame) -> "Styles":
+        return cls(_order(df, "method"), _order(df, "setting"))
+
+    def legend(self, fig: Figure, lines: bool = True) -> None:
+        """Methods (colour and marker) and, when several, settings (line style), below the panels."""
+        handles = [Line2D([], [], color=self.colour[m], marker=self.marker[m], lw=1.6 if lines else 0, ms=6)
+                   for m in self.methods]
+        labels = list(self.methods)
+        title = "method"
+        if len(self.settings) > 1 and lines:
+            handles += [Line2D([], [], color="0.35", ls=self.dash[s], lw=1.6) for s in self.settings]
+            labels += [self.setting_names[s] for s in self.settings]
+            title = f"method; {self.setting_title}"
+        width = max(map(len, labels)) + 6
+        ncols = max(1, min(len(labels), int(fig.get_figwidth() * 11) // width))
+        # grow the figure by the legend's height, so that many entries never squeeze it into the panels
+        fig.set_figheight(fig.get_figheight() + 0.24 * (math.ceil(len(labels) / ncols) + 1))
+        fig.legend(handles, labels, title=title, loc="outside lower center", ncols=ncols, frameon=False)
+
+
+def _curve_on_grid(g: pd.DataFrame, x: str, y: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Mean curve of a run's seeds and its 95% bootstrap band on one x grid (one seed: its points, no band).
 
     Seeds evaluate at different step and byte counts (and procs at jittered times); the grid ends where the
-    shortest seed ends, so the band never mixes in seeds that have stopped.
-    """
-    out = []
-    for run, g in evals.groupby("run", sort=False):
-        if g["seed"].nunique() < 2:
-            out.append(g)
-            continue
-        grid = np.linspace(0, g.groupby("seed")[x].max().min(), GRID_POINTS)
-        for seed, s in g.groupby("seed"):
-            s = s.sort_values(x)
-            row = {"run": run, "seed": seed, x: grid}
-            for y in ("accuracy", "loss"):
-                ok = s[y].notna()
-                row[y] = np.interp(grid, s.loc[ok, x], s.loc[ok, y]) if ok.any() else np.nan
-            out.append(pd.DataFrame(row))
-    return pd.concat(out, ignore_index=True)
+    shortest seed ends, so the band never mixes in seeds that have stopped."""
+    g = g.dropna(subset=[y])
+    if g["seed"].nunique() < 2:
+        g = g.sort_values(x)
+        return g[x].to_numpy(float), g[y].to_numpy(float), None
+    grid = np.linspace(0, g.groupby("seed")[x].max().min(), GRID_POINTS)
+    curves = np.array([np.interp(grid, s[x].to_numpy(float), s[y].to_numpy(float))
+                       for _, s in (g.sort_values(x).groupby("seed"))])
+    lo, hi = bootstrap_band(curves)
+    return grid, curves.mean(axis=0), np.vstack([lo, hi])
 
 
 def convergence(evals: pd.DataFrame, x: str = "time_s", context: str = "") -> Figure:
-    """Test accuracy and loss against ``x`` (time_s, total_steps or total_mb); one line per run."""
-    runs = _order(evals)
-    data = _on_common_grid(evals, x)
+    """Test accuracy and loss against ``x`` (time_s, total_steps or total_mb): a line per run, colour and
+    marker by method, line style by setting, a 95% band over seeds."""
+    st = Styles.of(evals)
     fig, axes = _figure(1, 2, 11, 4.6)
+    for k, (run, g) in enumerate(evals.groupby("run", sort=False)):
+        method, setting = g["method"].iloc[0], g["setting"].iloc[0]
+        m = st.methods.index(method)
+        for ax, y in zip(axes, ("accuracy", "loss")):
+            xs, ys, band = _curve_on_grid(g, x, y)
+            if xs.size == 0:
+                continue
+            every = max(1, xs.size // 8)
+            # markers offset per method: two methods with one curve show both markers
+            ax.plot(xs, ys, color=st.colour[method], ls=st.dash[setting], lw=1.5, marker=st.marker[method],
+                    ms=5, markevery=(min(xs.size - 1, m * every // max(1, len(st.methods))), every), alpha=0.9)
+            if band is not None:
+                ax.fill_between(xs, band[0], band[1], color=st.colour[method], alpha=0.15, lw=0)
     for ax, (y, label) in zip(axes, (("accuracy", "test accuracy"), ("loss", "test loss"))):
-        sns.lineplot(data=data, x=x, y=y, hue="run", hue_order=runs, palette=_palette(runs), errorbar=_band, ax=ax)
         ax.set_xlabel(X_AXES[x])
         ax.set_ylabel(label)
         ax.set_title(f"{label} vs {X_NAMES[x]}")
     axes[0].set_ylim(0, 1)
-    _one_legend(fig, axes, "run")
+    st.legend(fig)
     _title(fig, f"Test accuracy and loss of the global model against {X_NAMES[x]}", context)
+    return fig
+
+
+def _mean_ci(lo: np.ndarray, hi: np.ndarray) -> tuple[float, float, float, bool]:
+    """Mean over seeds with its bootstrap interval; censored (hi infinite): the mean of the bounds, no interval."""
+    censored = bool(np.isinf(hi).any())
+    mean, ci_lo, ci_hi = bootstrap_ci(lo)
+    return mean, ci_lo, ci_hi, censored
+
+
+def _bar(ax, x: float, width: float, lo: np.ndarray, hi: np.ndarray, colour) -> float:
+    """One bar: the mean with its interval; hatched at the budget and marked '>' when a seed never got there."""
+    mean, ci_lo, ci_hi, censored = _mean_ci(lo, hi)
+    ax.bar(x, mean, width, color=colour, alpha=0.45 if censored else 0.9, hatch="//" if censored else None,
+           edgecolor=colour if censored else "none", lw=1.0)
+    if censored:
+        ax.annotate(">", (x, mean), xytext=(0, 2), textcoords="offset points", ha="center", va="bottom",
+                    fontsize=12, fontweight="bold", color=colour)
+    elif ci_hi > ci_lo:
+        ax.errorbar(x, mean, [[mean - ci_lo], [ci_hi - mean]], color="0.15", capsize=3, lw=1.1)
+    return max(mean, ci_hi if not censored else mean)
+
+
+def bars(reach: pd.DataFrame, target: str, context: str = "") -> Figure:
+    """Convergence time and steps per method (the papers' bar charts, e.g. adsp.txt Fig. 4(b), 4(c), 5(e)).
+
+    ``reach``: one row per run and seed with method, setting, time_lo, time_hi, steps_lo, steps_hi (hi
+    infinite where the run never reached ``target``). With settings, bars are grouped by setting."""
+    st = Styles.of(reach)
+    grouped = len(st.settings) > 1
+    groups = st.settings if grouped else [""]
+    fig, axes = _figure(1, 2, max(8.0, 2 * (1.0 + 0.9 * len(st.methods) * (len(groups) if grouped else 1))), 4.4)
+    width = 0.8 / len(st.methods)
+    for ax, (q, label) in zip(axes, (("time", f"time until {target} (s)"), ("steps", f"steps until {target}"))):
+        top = 0.0
+        for gi, setting in enumerate(groups):
+            for mi, method in enumerate(st.methods):
+                d = reach[(reach["method"] == method) & ((reach["setting"] == setting) if grouped else True)]
+                if d.empty:
+                    continue
+                x = gi + (mi - (len(st.methods) - 1) / 2) * width if grouped else mi
+                top = max(top, _bar(ax, x, width if grouped else 0.7, d[f"{q}_lo"].to_numpy(float),
+                                    d[f"{q}_hi"].to_numpy(float), st.colour[method]))
+        ticks = [st.setting_names[s] for s in groups] if grouped else st.methods
+        ax.set_xticks(range(len(ticks)), [_wrap(t) for t in ticks])
+        if not grouped and max(map(len, ticks)) > 8:  # long method names lean rather than overlap
+            ax.tick_params(axis="x", labelrotation=25)
+            for tick in ax.get_xticklabels():
+                tick.set_horizontalalignment("right")
+        ax.set_xlabel(st.setting_title if grouped else "")
+        ax.set_ylabel(label)
+        ax.set_ylim(0, top * 1.15 or 1)
+        ax.grid(axis="x", visible=False)
+    if grouped:
+        st.legend(fig, lines=False)
+    handles = [Patch(facecolor="0.6", alpha=0.45, hatch="//", edgecolor="0.4", label="> never reached (at budget)")]
+    if (np.isinf(reach[["time_hi", "steps_hi"]].to_numpy(float))).any():
+        axes[1].legend(handles=handles, loc="upper right", fontsize=8, frameon=False)
+    _title(fig, f"Convergence time and steps until {target}", context)
+    return fig
+
+
+def against(df: pd.DataFrame, x: str, ys: list[str], labels: dict[str, str], context: str = "") -> Figure:
+    """One panel per metric in ``ys`` against ``x`` (a swept setting or a measured quantity): per method and
+    sweep point the mean over seeds with 95% bootstrap error bars (in x too when x is measured), one line per
+    method. ``df``: method, point, seed, x, each y and ``<y>_censored`` where a y can be censored."""
+    st = Styles.of(df)
+    ncols = min(len(ys), 3)
+    nrows = math.ceil(len(ys) / ncols)
+    fig, axes = _figure(nrows, ncols, max(6.0, 4.6 * ncols), 3.6 * nrows + 1.0)
+    numeric = pd.to_numeric(df[x], errors="coerce").notna().all()
+    xs_all = pd.to_numeric(df[x], errors="coerce") if numeric else None
+    for ax, y in zip(axes, ys):
+        for method in st.methods:
+            d = df[(df["method"] == method) & df[y].notna()]
+            pts = []
+            for k, (point, g) in enumerate(d.groupby("point", sort=False)):
+                xv = pd.to_numeric(g[x]).to_numpy(float) if numeric else np.full(len(g), k, dtype=float)
+                yv = g[y].to_numpy(float)
+                censored = bool(g.get(f"{y}_censored", pd.Series(False, index=g.index)).any())
+                xm, xl, xh = bootstrap_ci(xv)
+                ym, yl, yh = bootstrap_ci(yv)
+                pts.append((xm, ym))
+                ax.errorbar(xm, ym, yerr=None if censored else [[ym - yl], [yh - ym]],
+                            xerr=[[xm - xl], [xh - xm]] if xh > xl else None, color=st.colour[method],
+                            marker=st.marker[method], mfc="white" if censored else st.colour[method], capsize=3,
+                            lw=0, elinewidth=1.1, ms=7)
+                if censored:
+                    ax.annotate(">", (xm, ym), xytext=(0, 5), textcoords="offset points", ha="center",
+                                va="bottom", fontsize=11, fontweight="bold", color=st.colour[method])
+            if pts:
+                px, py = zip(*sorted(pts))
+                ax.plot(px, py, color=st.colour[method], lw=1.3, alpha=0.8)
+        if numeric and xs_all.min() > 0 and xs_all.max() / xs_all.min() >= 8:
+            ax.set_xscale("log", base=2)
+        if numeric:
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        if not numeric:
+            points = _order(df, "point")
+            ax.set_xticks(range(len(points)), [p.split("=", 1)[-1] for p in points])
+        ax.set_xlabel(labels.get(x, x))
+        ax.set_ylabel(labels.get(y, y))
+        ax.set_title(textwrap.fill(f"{labels.get(y, y)} against {labels.get(x, x)}", 48))
+    for ax in axes[len(ys):]:
+        ax.set_visible(False)
+    st.legend(fig, lines=False)
+    _title(fig, f"Against {labels.get(x, x)}: mean over seeds with 95% bootstrap intervals", context)
     return fig
 
 
 def time_breakdown(nodes: pd.DataFrame, context: str = "") -> Figure:
     """Stacked bars per worker: shares of computation, communication and waiting; one panel per run."""
-    runs = _order(nodes)
+    runs = _order(nodes, "run")
     ncols = min(len(runs), 3)
     nrows = math.ceil(len(runs) / ncols)
-    panel = max(3.8, 0.32 * nodes.groupby("run")["worker"].nunique().max())  # room for every worker's label
-    fig, axes = _figure(nrows, ncols, max(6.0, panel * ncols), 3.3 * nrows + 1.2)
+    most = int(nodes.groupby("run")["worker"].nunique().max())
+    panel = min(MAX_WIDTH / ncols, max(3.6, 0.3 * most))
+    fig, axes = _figure(nrows, ncols, panel * ncols, 3.2 * nrows + 1.3)
     for ax, run in zip(axes, runs):
         d = nodes[nodes["run"] == run]
+        x = np.arange(len(d))
         bottom = np.zeros(len(d))
         for part, colour in PARTS.items():
-            ax.bar(d["worker"].astype(str), d[part].fillna(0), bottom=bottom, color=colour, label=part, width=0.75)
+            ax.bar(x, d[part].fillna(0), bottom=bottom, color=colour, label=part, width=0.8)
             bottom += d[part].fillna(0).to_numpy()
+        # every worker's label while they fit; beyond MAX_TICK_LABELS, every k-th, without the factor
+        step = max(1, math.ceil(len(d) / MAX_TICK_LABELS))
+        labels = d["worker"] if step == 1 else d["index"].astype(int).astype(str)
+        ax.set_xticks(x[::step], list(labels)[::step], fontsize=8)
         ax.set_ylim(0, 100)
-        ax.set_title(run)
-        ax.set_xlabel("worker (step-time factor)")
+        ax.set_title(textwrap.fill(run, 42), fontsize=9)
+        ax.set_xlabel("worker (step-time factor)" if step == 1 else "worker")
         ax.set_ylabel("share of its time (%)")
         ax.grid(axis="x", visible=False)
     for ax in axes[len(runs):]:
@@ -138,126 +292,154 @@ def time_breakdown(nodes: pd.DataFrame, context: str = "") -> Figure:
 
 
 def throughput(summary: pd.DataFrame, context: str = "") -> Figure:
-    """Bars per run: training throughput (samples/s) and traffic (MB/s); seeds give 95% CI error bars."""
-    runs = _order(summary)
-    data = summary.assign(mb_per_s=summary["bytes_per_s"] / 1e6)
-    horizontal = max(map(len, runs)) * len(runs) > 40  # long names read better as rows than as slanted ticks
-    fig, axes = _figure(1, 2, 11, 1.6 + 0.45 * len(runs) if horizontal else 3.8)
-    for ax, (value, label) in zip(axes, (("samples_per_s", "training throughput (samples/s)"),
-                                         ("mb_per_s", "traffic, all nodes (MB/s)"))):
-        xy = {"x": value, "y": "run"} if horizontal else {"x": "run", "y": value}
-        sns.barplot(data=data, **xy, hue="run", order=runs, hue_order=runs, palette=_palette(runs),
-                    errorbar=("ci", 95), seed=0, legend=False, ax=ax)
-        ax.set_xlabel(label if horizontal else "")
-        ax.set_ylabel("" if horizontal else label)
-    if horizontal:
-        axes[1].set_yticklabels([])
+    """Bars per run: training throughput (samples/s) and traffic (MB/s); seeds give 95% bootstrap error bars."""
+    runs = _order(summary, "run")
+    fig, axes = _figure(1, 2, 11, 1.6 + 0.42 * len(runs))
+    colours = dict(zip(runs, sns.color_palette("tab10" if len(runs) <= 10 else "husl", len(runs))))
+    for ax, (value, scale, label) in zip(axes, (("samples_per_s", 1.0, "training throughput (samples/s)"),
+                                                ("bytes_per_s", 1e6, "traffic, all nodes (MB/s)"))):
+        for i, run in enumerate(runs):
+            v = summary.loc[summary["run"] == run, value].to_numpy(float) / scale
+            mean, lo, hi = bootstrap_ci(v)
+            ax.barh(i, mean, color=colours[run], height=0.7)
+            if hi > lo:
+                ax.errorbar(mean, i, xerr=[[mean - lo], [hi - mean]], color="0.15", capsize=3, lw=1.1)
+        ax.set_yticks(range(len(runs)), [textwrap.fill(r, 34) for r in runs] if ax is axes[0] else [""] * len(runs),
+                      fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel(label)
     _title(fig, "Training throughput and network traffic per run", context)
     return fig
 
 
+# ------------------------------------------------------------------------------------------ series figures
+
+
 def staleness(df: pd.DataFrame, context: str = "") -> Figure:
     """Histogram of the staleness of applied updates, one colour per run."""
-    runs = _order(df)
+    runs = _order(df, "run")
     fig, axes = _figure(1, 1, 8, 4.8)
-    sns.histplot(data=df, x="staleness", hue="run", hue_order=runs, palette=_palette(runs), discrete=True,
+    sns.histplot(data=df, x="staleness", hue="run", hue_order=runs, discrete=True,
+                 palette=dict(zip(runs, sns.color_palette("tab10" if len(runs) <= 10 else "husl", len(runs)))),
                  stat="probability", common_norm=False, multiple="dodge", shrink=0.85, ax=axes[0])
     axes[0].set_xlabel("staleness (updates applied between a worker's pull and its push)")
     axes[0].set_ylabel("fraction of updates")
     axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))
-    _one_legend(fig, axes, "run")
+    legend = axes[0].get_legend()
+    if legend is not None:
+        handles, labels = legend.legend_handles, [t.get_text() for t in legend.get_texts()]
+        legend.remove()
+        fig.legend(handles, labels, title="run", loc="outside lower center", frameon=False,
+                   ncols=max(1, min(len(labels), int(fig.get_figwidth() * 11) // (max(map(len, labels)) + 6))))
     _title(fig, "Staleness of the updates applied by the parameter server", context)
     return fig
 
 
+def _regular(times: np.ndarray) -> bool:
+    """Logged at a steady cadence (a setting in force between its values) rather than at events (a trial)."""
+    gaps = np.diff(np.sort(times))
+    return times.size >= 4 and gaps.mean() > 0 and gaps.std() < 0.5 * gaps.mean()
+
+
 def decisions(df: pd.DataFrame, context: str = "") -> Figure:
-    """One panel per decided quantity (``name``): its value over time, a line per run and node."""
-    runs = _order(df)
+    """One panel per decided quantity (``name``) against time, a colour per run. A quantity logged at a steady
+    cadence is a setting in force until the next value (a step line per node and seed); one logged at events,
+    e.g. once per trial, is drawn as points."""
+    st = Styles.of(df)
     names = list(dict.fromkeys(df["name"]))
     ncols = min(len(names), 2)
     nrows = math.ceil(len(names) / ncols)
-    fig, axes = _figure(nrows, ncols, max(7.0, 5.5 * ncols), 3.3 * nrows + 1.4)
-    data = df.assign(unit=df["seed"].astype(str) + "/" + df["rank"].astype(str))
+    fig, axes = _figure(nrows, ncols, max(7.0, 5.5 * ncols), 2.8 * nrows + 1.4)
     for ax, name in zip(axes, names):
-        sns.lineplot(data=data[data["name"] == name], x="time_s", y="value", hue="run", hue_order=runs,
-                     palette=_palette(runs), units="unit", estimator=None, drawstyle="steps-post", lw=1.2, ax=ax)
-        ax.set_title(name)
+        d = df[df["name"] == name]
+        units = list(d.groupby(["run", "seed", "rank"], sort=False))
+        steps = all(_regular(g["time_s"].to_numpy(float)) for _, g in units)
+        for (_, _, _), g in units:
+            method, g = g["method"].iloc[0], g.sort_values("time_s")
+            kw = dict(color=st.colour[method], marker=st.marker[method])
+            if steps:
+                ls = st.dash[g["setting"].iloc[0]] if "setting" in g else "-"
+                ax.plot(g["time_s"], g["value"], drawstyle="steps-post", lw=1.2, ms=3, markevery=[0], ls=ls, **kw)
+            else:
+                ax.plot(g["time_s"], g["value"], lw=0, ms=6, alpha=0.8, **kw)
+        ax.set_title(name + ("" if steps else " (one point per event)"))
         ax.set_xlabel("training time (s)")
         ax.set_ylabel(name)
     for ax in axes[len(names):]:
         ax.set_visible(False)
-    _one_legend(fig, axes, "run")
-    _title(fig, "Quantities the algorithms decided as they ran (one line per node and seed)", context)
+    st.legend(fig)
+    _title(fig, "Quantities the algorithms decided as they ran (one line or point set per node and seed)",
+           context)
     return fig
 
 
 def commits(df: pd.DataFrame, context: str = "") -> Figure:
     """Commit counts at the scheduler's checkpoints: every worker's count against C_target, and their spread.
 
-    Theorem 2 of adsp.txt: with commit rates dC_i = C_target - c_i, all workers' counts stay roughly equal."""
-    runs = _order(df)
-    pal = _palette(runs)
+    Rows of one checkpoint may carry different timestamps (procs stamps each worker's row as it is written), so
+    rows are grouped by the ``checkpoint`` column, drawn at the checkpoint's first timestamp. Theorem 2 of
+    adsp.txt: with commit rates dC_i = C_target - c_i, all workers' counts stay roughly equal."""
+    st = Styles.of(df)
     fig, axes = _figure(1, 2, 11, 4.6)
-    for run in runs:
-        d = df[df["run"] == run]
+    at = df.groupby(["run", "seed", "checkpoint"])["time_s"].transform("min")
+    df = df.assign(time_s=at)
+    for run, d in df.groupby("run", sort=False):
+        colour = st.colour[d["method"].iloc[0]]
         for (_, _), w in d.groupby(["seed", "worker"]):
-            axes[0].plot(w["time_s"], w["commits"], color=pal[run], lw=0.8, alpha=0.45, drawstyle="steps-post")
-        target = d.groupby("time_s", as_index=False)["target"].max()
-        axes[0].plot(target["time_s"], target["target"], color=pal[run], lw=1.6, ls="--", drawstyle="steps-post")
+            axes[0].plot(w["time_s"], w["commits"], color=colour, lw=0.8, alpha=0.45, drawstyle="steps-post")
+        target = d.groupby("checkpoint", as_index=False).agg(time_s=("time_s", "min"), target=("target", "max"))
+        axes[0].plot(target["time_s"], target["target"], color=colour, lw=1.6, ls="--", drawstyle="steps-post")
     axes[0].set_xlabel("training time (s)")
     axes[0].set_ylabel("commits so far")
     axes[0].set_title("each worker's commits (thin) and C_target (dashed)")
-    spread = (df.groupby(["run", "seed", "time_s"], sort=False)["commits"].agg(lambda c: c.max() - c.min())
-              .rename("spread").reset_index())
-    sns.lineplot(data=spread, x="time_s", y="spread", hue="run", hue_order=runs, palette=pal, errorbar=_band,
-                 drawstyle="steps-post", ax=axes[1])
+    spread = (df.groupby(["run", "method", "seed", "checkpoint"], sort=False)
+              .agg(time_s=("time_s", "min"), spread=("commits", lambda c: c.max() - c.min())).reset_index())
+    for run, g in spread.groupby("run", sort=False):
+        for _, s in g.groupby("seed"):
+            axes[1].plot(s["time_s"], s["spread"], color=st.colour[g["method"].iloc[0]],
+                         marker=st.marker[g["method"].iloc[0]], ms=4, lw=1.2, drawstyle="steps-post")
     axes[1].set_xlabel("training time (s)")
     axes[1].set_ylabel("max - min commits over workers")
     axes[1].set_title("spread of the commit counts at each checkpoint")
     axes[1].yaxis.set_major_locator(MaxNLocator(integer=True))
     axes[1].set_ylim(-0.15, max(1.0, float(spread["spread"].max())) + 0.5)  # a spread of 0 stays visible
-    _one_legend(fig, axes, "run")
+    st.legend(fig, lines=False)
     _title(fig, "Commit counts of the workers at each checkpoint (adsp.txt Theorem 2)", context)
-    return fig
-
-
-def against_sweep(df: pd.DataFrame, key: str, metrics: list[str], target: str = "", context: str = "") -> Figure:
-    """One panel per metric against the swept config value ``key``: a point per seed, the mean as a line."""
-    ncols = min(len(metrics), 3)
-    nrows = math.ceil(len(metrics) / ncols)
-    fig, axes = _figure(nrows, ncols, max(6.0, 4.6 * ncols), 3.6 * nrows + 1.0)
-    values = pd.to_numeric(df[key], errors="coerce")
-    numeric = values.notna().all()
-    data = df.assign(**{key: values if numeric else df[key].astype(str)})
-    for ax, metric in zip(axes, metrics):
-        d = data.dropna(subset=[metric])
-        sns.lineplot(data=d, x=key, y=metric, estimator="mean", errorbar=None, marker="o", color="#4C72B0", ax=ax)
-        sns.scatterplot(data=d, x=key, y=metric, color="#4C72B0", alpha=0.4, ax=ax, legend=False)
-        if numeric and values.min() > 0 and values.max() / values.min() >= 8:
-            ax.set_xscale("log", base=2)
-            ax.xaxis.set_major_formatter(ScalarFormatter())
-        label = f"time to {target} (s)" if metric == "time_to_target" and target else metric
-        ax.set_xlabel(key)
-        ax.set_ylabel(label)
-        ax.set_title(f"{label} against {key}")
-    for ax in axes[len(metrics):]:
-        ax.set_visible(False)
-    _title(fig, f"Against the swept {key}", context)
     return fig
 
 
 def trials(df: pd.DataFrame, context: str = "") -> Figure:
     """The online search of adsp.txt Alg. 1: each trial's reward against the commit rate it tried, a line per
     search (epoch) and run; the search stops at the first rate whose reward is lower."""
-    runs = _order(df)
+    st = Styles.of(df)
     fig, axes = _figure(1, 1, 8, 4.8)
     data = df.drop_duplicates(["run", "seed", "epoch", "rate"]).sort_values(["run", "seed", "epoch", "rate"])
-    data = data.assign(search=data["seed"].astype(str) + "/" + data["epoch"].astype(str))
-    sns.lineplot(data=data, x="rate", y="reward", hue="run", hue_order=runs, palette=_palette(runs),
-                 units="search", estimator=None, marker="o", lw=1.2, ax=axes[0])
+    for (_, _, _), g in data.groupby(["run", "seed", "epoch"], sort=False):
+        method = g["method"].iloc[0]
+        axes[0].plot(g["rate"], g["reward"], color=st.colour[method], marker=st.marker[method], lw=1.2, alpha=0.8)
     axes[0].set_xlabel("commit rate tried (commits per check period)")
     axes[0].set_ylabel("reward (1 / predicted time to the target loss)")
     axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))
-    _one_legend(fig, axes, "run")
+    st.legend(fig, lines=False)
     _title(fig, "Rewards of the commit-rate search, a line per epoch (adsp.txt Alg. 1)", context)
     return fig
+
+
+@dataclass(frozen=True)
+class SeriesFigure:
+    draw: Callable[[pd.DataFrame, str], Figure]
+    columns: tuple[str, ...]  # the columns the series must have
+    caption: str
+
+
+SERIES_FIGURES = {
+    "staleness": SeriesFigure(staleness, ("staleness",),
+                              "Staleness of the updates the parameter server applied (fraction of updates)"),
+    "decisions": SeriesFigure(decisions, ("time_s", "rank", "name", "value"),
+                              "Quantities the algorithms decided as they ran: steps for settings in force, points "
+                              "for values logged once per event"),
+    "commits": SeriesFigure(commits, ("time_s", "checkpoint", "worker", "commits", "target"),
+                            "Each worker's commit count at every checkpoint against C_target, and their spread"),
+    "trials": SeriesFigure(trials, ("epoch", "rate", "reward"),
+                           "Each trial's reward against the commit rate it tried, a line per search"),
+}

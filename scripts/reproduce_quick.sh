@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Quick reproduction of every paper that has an experiment file; CI runs it so the claims stay honest.
 # Usage: scripts/reproduce_quick.sh [OUT_DIR]   (default: a fresh temporary folder; $PYTHON picks the interpreter)
+# Every experiment runs even when one fails (a failed run or reproduction is reported and ends the script
+# with exit code 1 after the others); each prints its wall time, so CI's budget stays visible.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -14,6 +16,7 @@ if [ ${#experiments[@]} -eq 0 ]; then
 fi
 
 cd "$root"
+failed=()
 for file in "${experiments[@]}"; do
   paper="$(basename "$file" .toml)"
   if "$python" -c 'import sys; from edgeml.config import tomllib; sys.exit(0 if tomllib.load(open(sys.argv[1], "rb")).get("experiment", {}).get("ci", True) else 1)' "$file"; then :; else
@@ -21,6 +24,12 @@ for file in "${experiments[@]}"; do
     continue
   fi
   echo "== $paper (quick) -> $out/$paper"
-  "$python" -m edgeml reproduce "$paper" --quick --out "$out/$paper"
+  start=$SECONDS
+  "$python" -m edgeml reproduce "$paper" --quick --out "$out/$paper" || failed+=("$paper")
+  echo "== $paper: $((SECONDS - start)) s"
 done
 echo "quick reproductions written to $out"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "failed: ${failed[*]}" >&2
+  exit 1
+fi

@@ -1,26 +1,35 @@
-"""Figures: each plot function labels its axes; edgeml plot writes non-empty PNG and PDF files."""
+"""Figures: each paper panel type labels its axes and draws the series it is given; edgeml plot writes them."""
 
 from __future__ import annotations
 
+import math
+
+import matplotlib.colors as mcolors
 import numpy as np
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
 from edgeml import cli, plots
-from edgeml.report import load_runs, write_figures
+from edgeml.figures import write_figures
+from edgeml.report import load_runs
 from test_report import make_run
 
 
-def evals_frame() -> pd.DataFrame:
+def evals_frame(settings=("",)) -> pd.DataFrame:
     rows = []
-    for run, speed in (("bsp", 1.0), ("asp", 2.0)):
-        for seed in (0, 1):
-            for t in range(6):
-                rows.append({"run": run, "seed": seed, "time_s": float(t), "total_steps": 10 * t * speed + seed,
-                             "total_mb": 0.1 * t * speed, "accuracy": 1 - 0.8 * np.exp(-speed * t),
-                             "loss": 2 * np.exp(-speed * t)})
+    for method, speed in (("adacomm", 1.0), ("fixed_adacomm", 1.0), ("adsp", 2.0)):
+        for setting in settings:
+            for seed in (0, 1):
+                for t in range(6):
+                    rows.append({"run": f"{method}[{setting}]", "method": method, "setting": setting, "seed": seed,
+                                 "time_s": float(t), "total_steps": 10 * t * speed + seed, "total_mb": 0.1 * t * speed,
+                                 "accuracy": 1 - 0.8 * np.exp(-speed * t), "loss": 2 * np.exp(-speed * t)})
     return pd.DataFrame(rows)
+
+
+def data_lines(ax):
+    return [line for line in ax.lines if len(line.get_xdata()) > 1]
 
 
 @pytest.mark.parametrize("x, label", [("time_s", "training time (s)"), ("total_steps", "total steps over all workers"),
@@ -30,13 +39,87 @@ def test_convergence_axes(x, label):
     acc, loss = fig.axes[:2]
     assert (acc.get_xlabel(), acc.get_ylabel()) == (label, "test accuracy")
     assert (loss.get_xlabel(), loss.get_ylabel()) == (label, "test loss")
-    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["bsp", "asp"]
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["adacomm", "fixed_adacomm", "adsp"]
     assert "digits, mlp" in fig._suptitle.get_text()
-    assert len(acc.lines) >= 2 and acc.collections  # mean lines and the seed bands
+    assert len(data_lines(acc)) == 3 and acc.collections  # mean lines and the seed bands
+
+
+def test_identical_curves_of_two_methods_stay_distinguishable():
+    # ADACOMM and Fixed ADACOMM draw the same curve here: colour, marker and marker positions tell them apart
+    lines = data_lines(plots.convergence(evals_frame(), "time_s").axes[1])
+    a, f = lines[0], lines[1]
+    assert np.array_equal(a.get_ydata(), f.get_ydata())
+    assert a.get_color() != f.get_color() and a.get_marker() != f.get_marker()
+    assert a.get_markevery() != f.get_markevery()
+
+
+def test_colour_means_the_method_and_line_style_the_setting():
+    fig = plots.convergence(evals_frame(("cluster.hetero=1:1:3", "cluster.hetero=1:1:5")), "time_s")
+    lines = data_lines(fig.axes[0])
+    assert len(lines) == 6
+    by_run = {(round(sum(mcolors.to_rgb(line.get_color())), 4), line.get_linestyle()) for line in lines}
+    assert len(by_run) == 6                                   # every (method, setting) looks different
+    assert len({line.get_linestyle() for line in lines}) == 2  # one style per setting
+    assert len({line.get_color() for line in lines}) == 3      # one colour per method
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels == ["adacomm", "fixed_adacomm", "adsp", "1:1:3", "1:1:5"]
+    assert fig.legends[0].get_title().get_text() == "method; cluster.hetero"
+
+
+def reach_frame() -> pd.DataFrame:
+    rows = []
+    for method, times, censored in (("bsp", (400.0, 500.0, 600.0), False), ("adsp", (200.0, 210.0, 220.0), False),
+                                    ("fixed_adacomm", (1000.0, 1000.0, 1000.0), True)):
+        for seed, t in enumerate(times):
+            rows.append({"method": method, "setting": "", "seed": seed, "time_lo": t,
+                         "time_hi": math.inf if censored else t, "steps_lo": 10 * t,
+                         "steps_hi": math.inf if censored else 10 * t})
+    return pd.DataFrame(rows)
+
+
+def test_bars_of_convergence_time_and_steps_with_censored_bars_hatched():
+    fig = plots.bars(reach_frame(), "loss stays <= 0.9")
+    time, steps = fig.axes[:2]
+    assert time.get_ylabel() == "time until loss stays <= 0.9 (s)"
+    assert steps.get_ylabel() == "steps until loss stays <= 0.9"
+    assert [t.get_text() for t in time.get_xticklabels()] == ["bsp", "adsp", "fixed_adacomm"]
+    assert {t.get_rotation() for t in time.get_xticklabels()} == {25.0}  # long names lean, never overlap
+    heights = [p.get_height() for p in time.patches]
+    assert heights == pytest.approx([500.0, 210.0, 1000.0])
+    assert [p.get_hatch() for p in time.patches] == [None, None, "//"]   # the run that never got there
+    assert [t.get_text() for t in time.texts] == [">"]                   # ... marked '>' at its budget
+    assert len(time.lines) >= 2  # error bars of the measured means
+
+
+def test_grouped_bars_per_setting():
+    df = pd.concat([reach_frame().assign(setting="cluster.hetero=H=1.6"),
+                    reach_frame().assign(setting="cluster.hetero=H=3.2")])
+    ax = plots.bars(df, "loss stays <= 0.9").axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["H=1.6", "H=3.2"]
+    assert ax.get_xlabel() == "cluster.hetero" and len(ax.patches) == 6
+
+
+def test_against_a_swept_setting_with_intervals_and_censored_points():
+    rows = []
+    for method, base in (("adsp", 200.0), ("fixed_adacomm", 300.0)):
+        for h, scale in (("1.6", 1.0), ("3.2", 2.0)):
+            for seed in range(3):
+                t = base * scale + 10 * seed
+                censored = method == "fixed_adacomm" and h == "3.2"
+                rows.append({"method": method, "point": f"cluster.workers={h}", "seed": seed, "cluster.workers": h,
+                             "time_to_target": 1000.0 if censored else t, "time_to_target_censored": censored})
+    fig = plots.against(pd.DataFrame(rows), "cluster.workers", ["time_to_target"],
+                        {"cluster.workers": "workers", "time_to_target": "time until loss <= 0.9 (s)"})
+    ax = fig.axes[0]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("workers", "time until loss <= 0.9 (s)")
+    lines = data_lines(ax)
+    assert [list(line.get_ydata()) for line in lines] == [[210.0, 410.0], [310.0, 1000.0]]  # a line per method
+    assert [t.get_text() for t in ax.texts] == [">"]   # the censored point
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["adsp", "fixed_adacomm"]
 
 
 def test_breakdown_throughput_staleness_decisions_axes():
-    nodes = pd.DataFrame({"run": ["bsp"] * 2 + ["asp"] * 2, "worker": ["0\n×1", "1\n×3"] * 2,
+    nodes = pd.DataFrame({"run": ["bsp"] * 2 + ["asp"] * 2, "worker": ["0\n×1", "1\n×3"] * 2, "index": [0, 1] * 2,
                           "computation": [33.0, 100.0, 100.0, 100.0], "communication": [0.0] * 4,
                           "waiting": [67.0, 0.0, 0.0, 0.0]})
     fig = plots.time_breakdown(nodes)
@@ -44,64 +127,89 @@ def test_breakdown_throughput_staleness_decisions_axes():
     assert fig.axes[0].get_ylabel() == "share of its time (%)"
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["computation", "communication", "waiting"]
     assert len(fig.axes[0].patches) == 6  # 2 workers x 3 parts
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["0\n×1", "1\n×3"]
 
     summary = pd.DataFrame({"run": ["bsp", "bsp", "asp"], "samples_per_s": [100.0, 110.0, 300.0],
                             "bytes_per_s": [1e6, 1e6, 3e6]})
     fig = plots.throughput(summary)
-    assert [ax.get_ylabel() for ax in fig.axes] == ["training throughput (samples/s)", "traffic, all nodes (MB/s)"]
-    assert [round(p.get_height()) for p in fig.axes[0].patches if p.get_height()] == [105, 300]
+    assert [ax.get_xlabel() for ax in fig.axes] == ["training throughput (samples/s)", "traffic, all nodes (MB/s)"]
+    assert [round(p.get_width()) for p in fig.axes[0].patches] == [105, 300]
 
     st = pd.DataFrame({"run": ["ssp"] * 3 + ["asp"] * 2, "staleness": [0, 1, 2, 0, 5]})
     fig = plots.staleness(st)
     assert fig.axes[0].get_xlabel().startswith("staleness") and fig.axes[0].get_ylabel() == "fraction of updates"
 
-    de = pd.DataFrame({"run": ["adsp"] * 4 + ["esync"] * 2, "seed": 0, "rank": [1, 1, 2, 2, 1, 1],
-                       "time_s": [0, 1, 0, 1, 0, 2], "name": ["c_target"] * 4 + ["local_iters"] * 2,
-                       "value": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]})
-    fig = plots.decisions(de)
+
+def test_many_workers_keep_the_breakdown_readable():
+    # 6 runs of 36 workers: the figure stays at most MAX_WIDTH wide, and tick labels are thinned
+    nodes = pd.DataFrame([{"run": f"run{r}", "worker": f"{i}\n×{1 + i / 10:g}", "index": i, "computation": 50.0,
+                           "communication": 10.0, "waiting": 40.0} for r in range(6) for i in range(36)])
+    fig = plots.time_breakdown(nodes)
+    assert fig.get_figwidth() <= plots.MAX_WIDTH
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert len(labels) <= plots.MAX_TICK_LABELS and labels[:2] == ["0", "3"]
+
+
+def test_decisions_draw_settings_as_steps_and_per_trial_values_as_points():
+    rows = [{"run": "adsp", "method": "adsp", "seed": 0, "rank": 2, "time_s": 40.0 * k, "name": "c_target",
+             "value": float(k)} for k in range(6)]
+    rows += [{"run": "adsp", "method": "adsp", "seed": 0, "rank": 2, "time_s": t, "name": "reward", "value": v}
+             for t, v in ((86.0, 0.1), (86.0, 0.3), (132.0, 0.2))]
+    fig = plots.decisions(pd.DataFrame(rows))
     shown = [ax for ax in fig.axes if ax.get_visible()]
-    assert [ax.get_title() for ax in shown] == ["c_target", "local_iters"]
+    assert [ax.get_title() for ax in shown] == ["c_target", "reward (one point per event)"]
+    (steps,), (points,) = shown[0].lines, shown[1].lines
+    assert steps.get_drawstyle() == "steps-post" and steps.get_linewidth() > 0
+    assert points.get_linewidth() == 0 and list(points.get_ydata()) == [0.1, 0.3, 0.2]
     assert [ax.get_xlabel() for ax in shown] == ["training time (s)"] * 2
-    assert sum(len(line.get_xdata()) > 0 for line in shown[0].lines) == 2  # one line per node
-    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["adsp", "esync"]
 
 
-def test_commits_figure_shows_counts_target_and_spread():
-    df = pd.DataFrame({"run": "adsp", "seed": 0, "time_s": [4.0, 4.0, 8.0, 8.0], "worker": [0, 1, 0, 1],
-                       "commits": [1, 0, 2, 2], "target": [1, 1, 2, 2]})
+def test_commits_spread_groups_rows_by_checkpoint_not_timestamp():
+    # procs writes each worker's row of one checkpoint at a slightly different time
+    df = pd.DataFrame({"run": "adsp", "method": "adsp", "seed": 0,
+                       "time_s": [46.771, 46.773, 46.774, 86.80, 86.81, 86.82], "checkpoint": [1, 1, 1, 2, 2, 2],
+                       "worker": [0, 1, 2, 0, 1, 2], "commits": [1, 1, 0, 3, 3, 3], "target": [1, 1, 1, 3, 3, 3]})
     fig = plots.commits(df)
     counts, spread = fig.axes[:2]
     assert (counts.get_ylabel(), spread.get_ylabel()) == ("commits so far", "max - min commits over workers")
-    assert len(counts.lines) == 3  # two workers and C_target
-    assert list(spread.lines[0].get_ydata()) == [1, 0]  # one apart at the first checkpoint, equal at the second
+    assert len(counts.lines) == 4  # three workers and C_target
+    (line,) = spread.lines
+    assert list(line.get_xdata()) == [46.771, 86.80] and list(line.get_ydata()) == [1, 0]
 
 
 def test_trials_figure_draws_one_line_per_search():
-    df = pd.DataFrame({"run": "adsp", "seed": 0, "epoch": [0, 0, 0, 1, 1], "rate": [1, 2, 1, 1, 2],
+    df = pd.DataFrame({"run": "adsp", "method": "adsp", "seed": 0, "epoch": [0, 0, 0, 1, 1], "rate": [1, 2, 1, 1, 2],
                        "reward": [0.1, 0.3, 0.12, 0.2, 0.1]})
     ax = plots.trials(df).axes[0]
     assert ax.get_xlabel().startswith("commit rate") and ax.get_ylabel().startswith("reward")
-    lines = [line for line in ax.lines if len(line.get_xdata())]
-    assert sorted(list(line.get_ydata()) for line in lines) == [[0.1, 0.3], [0.2, 0.1]]  # first reward per rate
+    assert sorted(list(line.get_ydata()) for line in data_lines(ax)) == [[0.1, 0.3], [0.2, 0.1]]
+
+
+def test_long_titles_wrap_to_the_figure():
+    fig = plots.convergence(evals_frame(), "time_s", "a context " * 30)
+    lines = fig._suptitle.get_text().splitlines()
+    assert len(lines) > 2 and max(map(len, lines)) <= fig.get_figwidth() * 11
+
+
+SERIES = {
+    "staleness": pd.DataFrame({"time_s": [0.1, 0.2], "rank": [1, 1], "role": "ps", "worker": [0, 1],
+                               "staleness": [0, 2]}),
+    "decisions": pd.DataFrame({"time_s": [0.0, 1.0], "rank": [1, 1], "role": "ps", "name": "c_target",
+                               "value": [2.0, 3.0]}),
+    "commits": pd.DataFrame({"time_s": [4.0, 4.1, 8.0, 8.1], "rank": 2, "role": "scheduler", "checkpoint": [1, 1, 2, 2],
+                             "worker": [0, 1, 0, 1], "commits": [1, 0, 2, 2], "target": [1, 1, 2, 2]}),
+    "trials": pd.DataFrame({"time_s": [8.0, 8.0], "rank": 2, "role": "scheduler", "epoch": 0, "rate": [1, 2],
+                            "reward": [0.1, 0.2]}),
+}
 
 
 def test_plot_command_writes_every_figure(tmp_path):
-    staleness = pd.DataFrame({"time_s": [0.1, 0.2], "rank": [1, 1], "role": "ps", "worker": [0, 1],
-                              "staleness": [0, 2]})
-    decisions = pd.DataFrame({"time_s": [0.0, 1.0], "rank": [1, 1], "role": "ps", "name": "c_target",
-                              "value": [2.0, 3.0]})
-    commits = pd.DataFrame({"time_s": [4.0, 4.0, 8.0, 8.0], "rank": 2, "role": "scheduler", "checkpoint": [1, 1, 2, 2],
-                            "worker": [0, 1, 0, 1], "commits": [1, 0, 2, 2], "target": [1, 1, 2, 2]})
-    trials = pd.DataFrame({"time_s": [8.0, 8.0], "rank": 2, "role": "scheduler", "epoch": 0, "rate": [1, 2],
-                           "reward": [0.1, 0.2]})
     for seed in (0, 1):
         make_run(tmp_path / "runs", f"bsp{seed}", "bsp", seed)
-        make_run(tmp_path / "runs", f"asp{seed}", "asp", seed,
-                 series={"staleness": staleness, "decisions": decisions, "commits": commits, "trials": trials})
-    cli._register_extensions()
+        make_run(tmp_path / "runs", f"asp{seed}", "asp", seed, series=SERIES)
     result = CliRunner().invoke(cli.app, ["plot", str(tmp_path / "runs"), "--out", str(tmp_path / "fig")])
     assert result.exit_code == 0, result.output
-    names = ["convergence_time", "convergence_steps", "convergence_bytes", "time_breakdown", "throughput",
+    names = ["convergence_time", "convergence_steps", "convergence_bytes", "bars", "time_breakdown", "throughput",
              "staleness", "decisions", "commits", "trials"]
     for name in names:
         for ext in ("png", "pdf"):
@@ -111,15 +219,32 @@ def test_plot_command_writes_every_figure(tmp_path):
     assert (tmp_path / "fig" / "convergence_time.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_series_figures_come_from_the_registry(tmp_path, monkeypatch):
+    """A series a run wrote is drawn by the figure registered under its name, and by nothing else."""
+    drawn = []
+
+    def draw(df, context):
+        drawn.append(sorted(df["run"].unique()))
+        return plots.staleness(df.assign(staleness=df["depth"]), context)
+
+    monkeypatch.setitem(plots.SERIES_FIGURES, "queue", plots.SeriesFigure(draw, ("depth",), "queue depths"))
+    make_run(tmp_path, "a", "asp", series={"queue": pd.DataFrame({"time_s": [0.0], "depth": [3]}),
+                                           "unregistered": pd.DataFrame({"x": [1]})})
+    files = write_figures(load_runs([str(tmp_path)]), tmp_path / "fig")
+    names = {f.name for f in files}
+    assert "queue" in names and "unregistered" not in names and drawn == [["asp"]]
+    assert next(f for f in files if f.name == "queue").caption == "Queue depths"
+
+
 def test_runs_without_series_skip_those_figures(tmp_path):
     make_run(tmp_path, "bsp")
-    written = {p.stem for p in write_figures(load_runs([str(tmp_path)]), tmp_path / "fig")}
-    assert written == {"convergence_time", "convergence_steps", "convergence_bytes", "time_breakdown", "throughput"}
+    written = {f.name for f in write_figures(load_runs([str(tmp_path)]), tmp_path / "fig")}
+    assert written == {"convergence_time", "convergence_steps", "convergence_bytes", "bars", "time_breakdown",
+                       "throughput"}
 
 
 def test_a_run_without_nodes_csv_gives_one_line(tmp_path):
     (make_run(tmp_path / "runs", "old") / "nodes.csv").unlink()
-    cli._register_extensions()
     result = CliRunner().invoke(cli.app, ["plot", str(tmp_path / "runs"), "--out", str(tmp_path / "fig")])
     assert result.exit_code == 2
     assert "missing nodes.csv" in result.output and "Traceback" not in result.output

@@ -1,6 +1,9 @@
-"""edgeml reproduce: experiment files, layer order, sweeps, and the quick baselines reproduction end to end."""
+"""edgeml reproduce: experiment files, layer order, sweeps, figure groups, claims, keeping finished runs, failed
+runs, and the quick baselines reproduction end to end."""
 
 from __future__ import annotations
+
+import json
 
 import pandas as pd
 import pytest
@@ -41,6 +44,7 @@ quick = { stop = { max_time = 3 } }
 text = "tighter is slower"
 metric = "time_to_target"
 run = "ssp-tight"
+baseline = "bsp[cluster.hetero=H=1]"
 kind = "ratio"
 """
 
@@ -50,6 +54,13 @@ def toy(tmp_path):
     path = tmp_path / "toy.toml"
     path.write_text(EXPERIMENT)
     return str(path)
+
+
+def edit(tmp_path, toy: str, old: str, new: str, name: str = "edited.toml") -> str:
+    text = open(toy).read()
+    assert old in text
+    (tmp_path / name).write_text(text.replace(old, new))
+    return str(tmp_path / name)
 
 
 def test_layers_merge_in_order_and_sweeps_expand(toy):
@@ -67,34 +78,63 @@ def test_layers_merge_in_order_and_sweeps_expand(toy):
     assert quick[0].dirname == "bsp_cluster.hetero=H=1-s7"
 
 
-def test_bad_experiments_are_refused_with_one_line(tmp_path, toy):
+def test_run_seeds_quick_seeds_and_quick_sweeps(tmp_path, toy):
+    path = edit(tmp_path, toy, 'sweep = { "cluster.hetero" = ["H=1", "1:3"] }',
+                'sweep = { "cluster.hetero" = ["H=1", "1:3"] }\nquick_sweep = { "cluster.hetero" = ["1:5"] }\n'
+                'seeds = [3]')
+    exp = load_experiment(path.replace("edited", "edited"))
+    assert [(p.name, p.seed) for p in plan(exp)][:2] == [("bsp[cluster.hetero=H=1]", 3), ("bsp[cluster.hetero=1:3]", 3)]
+    assert [p.name for p in plan(exp, quick=True)][:1] == ["bsp[cluster.hetero=1:5]"]
+    quick_seeds = edit(tmp_path, path, "seeds = [0, 1]\n", "seeds = [0, 1]\nquick_seeds = [1, 3]\n", "q.toml")
+    seeds = {p.name: p.seed for p in plan(load_experiment(quick_seeds), quick=True)}
+    # with --quick, each run keeps its seeds among quick_seeds: bsp names seed 3, ssp-tight has 0 and 1
+    assert seeds == {"bsp[cluster.hetero=1:5]": 3, "ssp-tight": 1}
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ('name = "ssp-tight"', 'nmae = "ssp-tight"', "unknown key 'nmae'"),
+    ('kind = "ratio"', 'kind = "ratio"\ntarget = 0.9', "unknown key 'target' in toy.toml \\[\\[claims\\]\\]: allowed"),
+    ('kind = "ratio"', 'kind = "ratio"\nfigure = "nope"', "names figure 'nope'"),
+    ('seeds = [0, 1]', 'seeds = [0, 1]\nrule = "sometimes"', "rule = 'sometimes'"),
+    ('target_accuracy = 0.5', 'target_accuracy = [0.5, "x"]', "target_accuracy must be a number"),
+    ('[[runs]]\nalgorithm = "bsp"', '[[figures]]\nid = "f"\ntitle = "F"\n\n[[runs]]\nalgorithm = "bsp"',
+     "no run is drawn in figure 'f'"),
+    ('[[runs]]\nalgorithm = "bsp"', '[[figures]]\nid = "f"\ntitle = "F"\npanels = ["pie"]\n\n[[runs]]\n'
+     'figure = "f"\nalgorithm = "bsp"', "unknown panel 'pie'"),
+    ('[[runs]]\nalgorithm = "bsp"', '[[figures]]\nid = "f"\ntitle = "F"\nagainst = [{ x = "a", ys = [] }]\n\n'
+     '[[runs]]\nfigure = "f"\nalgorithm = "bsp"', "unknown key 'ys'"),
+    ('[[runs]]\nalgorithm = "bsp"', '[[runs]]\nseeds = []\nalgorithm = "bsp"', "seeds must be a non-empty list"),
+])
+def test_bad_experiment_files_are_refused_with_one_line(tmp_path, toy, old, new, message):
+    with pytest.raises(UserError, match=message):
+        plan(load_experiment(edit(tmp_path, toy, old, new, "toy.toml")))
+
+
+def test_bad_runs_and_claims_are_refused_before_anything_runs(tmp_path, toy):
     with pytest.raises(UserError, match="no experiment 'nope': choose one of .*baselines"):
         load_experiment("nope")
-    bad = tmp_path / "bad.toml"
-    bad.write_text(EXPERIMENT.replace('name = "ssp-tight"', 'nmae = "ssp-tight"'))
-    with pytest.raises(UserError, match="unknown key 'nmae'"):
-        load_experiment(str(bad))
-    bad.write_text(EXPERIMENT.replace('staleness = 1', 'stalenes = 1'))
     with pytest.raises(UserError, match="run 'ssp-tight': unknown config key 'ssp.stalenes'"):
-        plan(load_experiment(str(bad)))
-    bad.write_text(EXPERIMENT.replace('baseline = "bsp"', 'baseline = "bps"'))
+        plan(load_experiment(edit(tmp_path, toy, "staleness = 1", "stalenes = 1")))
     with pytest.raises(UserError, match="baseline 'bps' names no run"):
-        plan(load_experiment(str(bad)))
-    bad.write_text(EXPERIMENT.replace('run = "ssp-tight"', 'run = "ssp"'))
+        plan(load_experiment(edit(tmp_path, toy, 'baseline = "bsp"', 'baseline = "bps"')))
     with pytest.raises(UserError, match="names run 'ssp'"):
-        plan(load_experiment(str(bad)))
+        plan(load_experiment(edit(tmp_path, toy, 'run = "ssp-tight"', 'run = "ssp"')))
+    with pytest.raises(UserError, match=r"baseline 'bsp': it is swept, name one of its points \(bsp\[cluster"):
+        plan(load_experiment(edit(tmp_path, toy, 'baseline = "bsp[cluster.hetero=H=1]"', 'baseline = "bsp"')))
+    with pytest.raises(UserError, match="trend claim 'tighter is slower' names 'ssp-tight': name a \\[\\[runs\\]\\] "
+                                        "entry with a sweep over one key \\(bsp\\)"):
+        plan(load_experiment(edit(tmp_path, toy, 'baseline = "bsp[cluster.hetero=H=1]"\nkind = "ratio"',
+                                  'kind = "trend"\ndirection = "increasing"')))
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep me")
     with pytest.raises(UserError, match="not written by edgeml reproduce"):
         reproduce(toy, out=tmp_path / "mine")
-    cli._register_extensions()
     result = CliRunner().invoke(cli.app, ["reproduce", "nope"])
     assert result.exit_code == 2 and "baselines" in result.output
 
 
 def test_quick_baselines_reproduction(tmp_path):
     out = tmp_path / "out"
-    cli._register_extensions()
     result = CliRunner().invoke(cli.app, ["reproduce", "baselines", "--quick", "--seeds", "0,1", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "[6/6]" in result.output and "REPORT.md" in result.output
@@ -106,79 +146,124 @@ def test_quick_baselines_reproduction(tmp_path):
     assert table.loc["bsp", "noncompute_fraction"] == pytest.approx(4 / 9, abs=0.03)
     assert table.loc["asp", "noncompute_fraction"] < 0.05
 
-    for name in ("convergence_time", "convergence_steps", "convergence_bytes", "time_breakdown", "throughput",
-                 "staleness"):
-        assert (out / "figures" / f"{name}.png").stat().st_size > 1000
-        assert (out / "figures" / f"{name}.pdf").stat().st_size > 1000
+    for name in ("convergence_time", "convergence_steps", "convergence_bytes", "bars", "time_breakdown",
+                 "throughput", "staleness"):
+        assert (out / "figures" / "fig1" / f"{name}.png").stat().st_size > 1000
+        assert (out / "figures" / "fig1" / f"{name}.pdf").stat().st_size > 1000
 
     report = (out / "REPORT.md").read_text()
     assert "edgeml reproduce baselines --quick" in report and "## Differences from the paper" in report
-    assert "This is the **quick** reproduction" in report.split("## How this was produced")[0]
-    claims = report.split("## Claims", 1)[1].split("## Results", 1)[0]
-    texts = [c["text"] for c in load_experiment("baselines").claims]
-    for text in texts:
-        row = next(line for line in claims.splitlines() if line.startswith(f"| {text} |"))
-        assert row.rstrip(" |").endswith(("holds", "weaker", "marginal", "does not hold"))
-    assert "![time_breakdown](figures/time_breakdown.png)" in report
+    assert "This is the **quick** reproduction" in report.split("## Verdicts")[0]
+    section = report.split("## adsp.txt Fig. 1's setting", 1)[1].split("## Results", 1)[0]
+    header = "| the paper says | paper | at | n | measured [95% CI] | resolution | verdict |"
+    assert header in section
+    for c in load_experiment("baselines").claims:
+        row = next(line for line in section.splitlines() if line.startswith(f"| {c.text} |"))
+        cells = [x.strip() for x in row.strip("|").split("|")]
+        assert cells[3] == "2" and cells[-1].strip("*").split(" (")[0] in (
+            "holds", "weaker", "stronger", "does not hold", "inconclusive", "not resolved")
+    assert "![bars](figures/fig1/bars.png)" in section
+    assert "![time_breakdown](figures/fig1/time_breakdown.png)" in section
+    assert "**adsp.txt Fig. 1: time and steps until accuracy stays >= 0.8" in section
 
     # The table is rebuilt from the run directories alone, with the experiment's run names.
-    runs = load_runs([str(out / "runs")])
+    runs = load_runs([str(out)])
     assert sorted({r.label for r in runs}) == ["asp", "bsp", "ssp"] and len(runs) == 6
     again = CliRunner().invoke(cli.app, ["compare", str(out / "runs"), "--target-accuracy", "0.85"])
     assert again.exit_code == 0 and "speedup vs bsp" in again.output
 
 
-def test_resume_keeps_finished_runs_and_reruns_the_rest(tmp_path, toy):
+def test_finished_runs_are_never_deleted_without_force(tmp_path, toy):
     out = tmp_path / "out"
     reproduce(toy, quick=True, out=out, seeds=[0])
     runs = out / "runs"
     kept = runs / "ssp-tight-s0"
     before = (kept / "summary.json").stat().st_mtime_ns
-    (runs / "bsp_cluster.hetero=1_3-s0" / "summary.json").unlink()   # as if stopped during this run
-    changed = runs / "bsp_cluster.hetero=H=1-s0" / "config.toml"
-    changed.write_text(changed.read_text().replace("max_time = 2", "max_time = 1"))  # a different config
-    cli._register_extensions()
-    result = CliRunner().invoke(cli.app, ["reproduce", toy, "--quick", "--seeds", "0", "--out", str(out), "--resume"])
-    assert result.exit_code == 0, result.output
-    assert "ssp-tight seed 0 (kept)" in result.output and result.output.count("(kept)") == 1
+    args = ["reproduce", toy, "--quick", "--seeds", "0", "--out", str(out)]
+    refused = CliRunner().invoke(cli.app, args)
+    assert refused.exit_code == 2 and "holds 3 finished run(s)" in refused.output and "--force" in refused.output
     assert (kept / "summary.json").stat().st_mtime_ns == before
-    assert "max_time = 2" in changed.read_text()
+    # --resume keeps what is finished with the same configuration and runs the rest
+    (runs / "bsp_cluster.hetero=1_3-s0" / "summary.json").unlink()   # as if stopped during this run
+    result = CliRunner().invoke(cli.app, [*args, "--resume"])
+    assert result.exit_code == 0, result.output
+    assert "ssp-tight seed 0 (kept)" in result.output and result.output.count("(kept)") == 2
+    assert (kept / "summary.json").stat().st_mtime_ns == before
     assert (runs / "bsp_cluster.hetero=1_3-s0" / "summary.json").exists()
-    # without --resume everything runs again
-    reproduce(toy, quick=True, out=out, seeds=[0])
+    # a finished run whose configuration changed would be replaced: that too needs --force
+    changed = runs / "bsp_cluster.hetero=H=1-s0" / "config.toml"
+    changed.write_text(changed.read_text().replace("max_time = 2", "max_time = 1"))
+    refused = CliRunner().invoke(cli.app, [*args, "--resume"])
+    assert refused.exit_code == 2 and "holds 1 finished run(s)" in refused.output
+    assert "max_time = 1" in changed.read_text()
+    result = CliRunner().invoke(cli.app, [*args, "--resume", "--force"])
+    assert result.exit_code == 0, result.output
+    assert "max_time = 2" in changed.read_text() and (kept / "summary.json").stat().st_mtime_ns == before
+    stray = runs / "from-an-older-experiment-s0"
+    stray.mkdir()
+    (stray / "summary.json").write_text('{"status": "completed"}')
+    result = CliRunner().invoke(cli.app, [*args, "--force"])          # --force runs everything again
+    assert result.exit_code == 0, result.output
     assert (kept / "summary.json").stat().st_mtime_ns != before
+    assert "1 run directories" in result.output and "no run of this experiment" in result.output
+    assert stray.is_dir() and len(pd.read_csv(out / "compare.csv")) == 3  # left alone, and out of the tables
 
 
-def test_runs_naming_a_figure_are_drawn_together(tmp_path, toy):
-    grouped = tmp_path / "grouped.toml"
-    grouped.write_text(open(toy).read().replace('name = "ssp-tight"', 'name = "ssp-tight"\nfigure = "Fig. 2: SSP"'))
-    out = reproduce(str(grouped), quick=True, out=tmp_path / "out", seeds=[0])
-    assert (out / "figures" / "convergence_time.png").exists()             # the runs that name no figure
-    assert (out / "figures" / "fig-2" / "convergence_time.png").exists()   # the group "Fig. 2: SSP"
+def test_a_failed_run_is_recorded_and_the_others_go_on(tmp_path, toy, monkeypatch):
+    import edgeml.runner
+
+    real = edgeml.runner.run
+
+    def flaky(cfg, **kw):
+        if cfg.run.name == "bsp_cluster.hetero=1_3-s0":
+            raise RuntimeError("run failed: worker 1 raised KeyError: 'w' (partial results in the run directory)")
+        return real(cfg, **kw)
+
+    monkeypatch.setattr(edgeml.runner, "run", flaky)
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="1 of 3 runs failed"):
+        reproduce(toy, quick=True, out=out, seeds=[0])
     report = (out / "REPORT.md").read_text()
-    assert "### Fig. 2: SSP" in report and "Runs: `ssp-tight`." in report
-    assert "![convergence_time](figures/fig-2/convergence_time.png)" in report
+    assert "## Failed runs" in report
+    assert "| bsp[cluster.hetero=1:3] | 0 | RuntimeError: run failed: worker 1 raised KeyError: 'w'" in report
+    assert len(pd.read_csv(out / "compare.csv")) == 2          # the others are in the table
+    assert (out / "runs" / "ssp-tight-s0" / "summary.json").exists()
+    monkeypatch.setattr(edgeml.runner, "run", real)
+    result = CliRunner().invoke(cli.app, ["reproduce", toy, "--quick", "--seeds", "0", "--out", str(out), "--resume"])
+    assert result.exit_code == 0, result.output                # the failed run is run again, the rest kept
+    assert result.output.count("(kept)") == 2 and "## Failed runs" not in (out / "REPORT.md").read_text()
 
 
-def test_against_sweep_draws_metrics_against_the_swept_value(tmp_path, toy):
-    swept = tmp_path / "swept.toml"
-    swept.write_text(open(toy).read().replace(
-        'config = { ssp = { staleness = 1 } }',
-        'sweep = { "ssp.staleness" = [0, 2] }\nagainst_sweep = ["final_accuracy", "total_steps"]').replace(
-        'run = "ssp-tight"', 'run = "ssp-tight[ssp.staleness=2]"'))
-    out = reproduce(str(swept), quick=True, out=tmp_path / "out", seeds=[0, 1])
-    fig = out / "figures" / "sweep_ssp-tight.png"
-    assert fig.stat().st_size > 1000
-    assert "![sweep_ssp-tight](figures/sweep_ssp-tight.png)" in (out / "REPORT.md").read_text()
-    bad = tmp_path / "bad.toml"
-    bad.write_text(open(toy).read().replace('name = "ssp-tight"', 'name = "ssp-tight"\nagainst_sweep = ["x"]'))
-    with pytest.raises(UserError, match="against_sweep needs a sweep over one key"):
-        load_experiment(str(bad))
+def test_figure_groups_claims_and_against_panels(tmp_path, toy):
+    text = open(toy).read().replace(
+        '[[runs]]\nalgorithm = "bsp"',
+        '[[figures]]\nid = "f2"\ntitle = "Fig. 2: tight SSP against BSP"\ncite = "toy.txt Fig. 2"\n'
+        'text = "The paper: SSP with bound 1 is slower."\n'
+        'against = [{ x = "cluster.hetero", y = ["final_accuracy", "time_to_target"] }]\n\n'
+        '[[runs]]\nfigure = ["f2", "Fig. 9: BSP alone"]\nalgorithm = "bsp"').replace(
+        'name = "ssp-tight"', 'name = "ssp-tight"\nfigure = "f2"')
+    text += ('\n[[claims]]\ntext = "BSP reaches the target at every speed profile"\nmetric = "time_to_target"\n'
+             'run = "bsp"\nkind = "value"\nop = "<="\npaper_value = 100\n')
+    (tmp_path / "grouped.toml").write_text(text)
+    out = reproduce(str(tmp_path / "grouped.toml"), quick=True, out=tmp_path / "out", seeds=[0, 1])
+    assert (out / "figures" / "f2" / "against_cluster.hetero.png").stat().st_size > 1000
+    assert (out / "figures" / "fig-9" / "convergence_time.png").exists()   # a title of its own: every panel
+    report = (out / "REPORT.md").read_text()
+    f2 = report.split("## Fig. 2: tight SSP against BSP", 1)[1].split("\n## ", 1)[0]
+    assert "The paper: SSP with bound 1 is slower." in f2
+    assert "| tighter is slower | lower than bsp[cluster.hetero=H=1] (no number given) | accuracy>=0.5 | 2 |" in f2
+    # a value claim naming a swept run is checked at every point
+    assert "| BSP reaches the target at every speed profile | <= 100 s | cluster.hetero=H=1; accuracy>=0.5 | 2 |" in f2
+    assert "|  | <= 100 s | cluster.hetero=1:3; accuracy>=0.5 | 2 |" in f2
+    assert "**toy.txt Fig. 2: test loss and accuracy" in f2 and "![against_cluster.hetero]" in f2
+    assert "## Fig. 9: BSP alone" in report
+    tag = json.loads((out / "runs" / "bsp_cluster.hetero=1_3-s0" / "experiment.json").read_text())
+    assert tag == {"paper": "toy", "run": "bsp[cluster.hetero=1:3]", "spec": "bsp",
+                   "point": {"cluster.hetero": "1:3"}, "seed": 0, "quick": True}
 
 
 def test_only_runs_the_matching_runs_and_keeps_the_rest(tmp_path, toy):
     out = tmp_path / "out"
-    cli._register_extensions()
     args = ["reproduce", toy, "--quick", "--seeds", "0", "--out", str(out)]
     # a fresh folder: only the SSP run runs; the BSP runs are left out, so there is no baseline to pair with
     result = CliRunner().invoke(cli.app, [*args, "--only", "ssp*"])
@@ -186,7 +271,7 @@ def test_only_runs_the_matching_runs_and_keeps_the_rest(tmp_path, toy):
     assert result.output.count("not selected by --only and not run yet") == 2
     assert sorted(p.name for p in (out / "runs").iterdir()) == ["ssp-tight-s0"]
     assert list(pd.read_csv(out / "compare.csv")["run"]) == ["ssp-tight"]
-    assert "not measured: no run 'bsp'" in (out / "REPORT.md").read_text()
+    assert "not measured: no run 'bsp[cluster.hetero=H=1]'" in (out / "REPORT.md").read_text()
     # then the BSP runs: the SSP run is kept, and the table covers all three
     before = (out / "runs" / "ssp-tight-s0" / "summary.json").stat().st_mtime_ns
     result = CliRunner().invoke(cli.app, [*args, "--only", "bsp*"])
@@ -196,3 +281,17 @@ def test_only_runs_the_matching_runs_and_keeps_the_rest(tmp_path, toy):
     assert len(pd.read_csv(out / "compare.csv")) == 3
     result = CliRunner().invoke(cli.app, [*args, "--only", "nothing*"])
     assert result.exit_code == 2 and "--only 'nothing*' matches no run of toy" in result.output
+
+
+def test_the_shipped_experiments_plan(tmp_path):
+    """Every experiment file loads, and plans in full and quick, with every claim naming real runs."""
+    for name in ("adsp", "baselines"):
+        exp = load_experiment(name)
+        full, quick = plan(exp), plan(exp, quick=True)
+        assert full and quick and exp.claims
+    adsp = load_experiment("adsp")
+    assert {p.seed for p in plan(adsp) if p.spec == "adsp"} == {0}             # the procs Fig. 4: one seed
+    assert {p.seed for p in plan(adsp) if p.spec == "fig5-adsp"} == {0, 1, 2}  # the sim Fig. 5: three
+    points = {p.point["cluster.hetero"] for p in plan(adsp) if p.spec == "fig5-adsp"}
+    assert points == {"H=1.6", "H=2.4", "H=3.2", "H=4.0"}
+    assert len({p.point["network.commit_delay_s"] for p in plan(adsp) if p.spec == "fig6-bsp"}) >= 3

@@ -1,0 +1,412 @@
+"""A paper's claims checked against runs: verdicts over seeds with bootstrap intervals, censoring and resolution.
+
+A claim (an experiment file's ``[[claims]]``, see ``edgeml.reproduce``) names a metric, the run it is about
+and, for comparisons, a baseline run. Kinds:
+
+- ``reduction`` (1 - run / baseline), ``ratio`` (baseline / run), ``difference`` (baseline - run): paired by
+  seed. ``paper_value`` is the paper's figure; without it the claim is a direction, ``direction = "lower"``
+  (the run's metric is lower than the baseline's: the default) or ``"higher"``.
+- ``value``: the run's own metric against ``paper_value`` with ``op`` ">=", "<=" or "between" (then
+  ``paper_value = [low, high]``).
+- A ``reduction``, ``ratio``, ``difference`` or ``value`` claim whose ``run`` names a swept ``[[runs]]`` entry
+  rather than one of its points is checked at every point ("at every heterogeneity degree"), each against
+  the baseline's same point.
+- ``trend``: across the points of a one-key sweep (``run`` names the swept ``[[runs]]`` entry, points in the
+  experiment's order): ``direction = "increasing"`` or ``"decreasing"`` (the least-squares change from the
+  first point to the last) or ``"minimum"`` (the best interior point is below both ends: the dip). With a
+  ``baseline`` (another sweep over the same key) the per-point quantity is the ``effect`` against the
+  baseline's same point (``reduction``, ``ratio`` or ``difference``); otherwise the run's own value.
+
+The data are a tidy *samples* table (one row per run, seed, metric and target: ``lo``/``hi`` equal when
+measured, ``hi`` infinite when a run never reached the target) built by ``edgeml.report.claim_samples``.
+Duplicate runs of one seed are one sample (their mean). Each seed gives one value (an interval when censored);
+the verdict rests on the 95% bootstrap interval of their mean (``edgeml.stats``):
+
+- **holds**: the interval lies on the paper's side of neutral (0 for reductions and differences, 1 for
+  ratios) and reaches the paper's figure within 10% (it overlaps [0.9 p, p / 0.9]); a direction claim holds
+  when the interval lies on its side. A value claim holds when the interval lies within ``op``'s bound.
+- **weaker** / **stronger**: on the paper's side, but entirely below 0.9 p / above p / 0.9.
+- **does not hold**: the interval lies on the other side (or beyond a value claim's bound).
+- **inconclusive**: the interval straddles neutral (or the bound); with a censored side only a bound is
+  known, and the verdict says "holds (>= x)" or "does not hold (<= x)" only when the bound alone proves it,
+  else "inconclusive (>= x)". Both sides censored: inconclusive.
+- **not resolved**: a time-to-target effect smaller than one evaluation interval (the time resolution): the
+  mean paired difference lies within one interval of zero.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from edgeml.convergence import RULES
+from edgeml.errors import UserError
+from edgeml.stats import Interval, mean_interval
+
+HOLDS_SHARE = 0.9
+KINDS = ("reduction", "ratio", "difference", "value", "trend")
+PAIR_KINDS = ("reduction", "ratio", "difference")
+NEUTRAL = {"reduction": 0.0, "ratio": 1.0, "difference": 0.0}
+TRENDS = ("increasing", "decreasing", "minimum")
+OPS = (">=", "<=", "between")
+CLAIM_KEYS = {"text", "metric", "run", "baseline", "kind", "paper_value", "op", "direction", "effect", "seeds",
+              "targets", "rule", "figure"}
+TARGET_METRICS = ("time_to_target", "steps_to_target", "bytes_to_target")
+
+
+@dataclass(frozen=True)
+class Claim:
+    text: str
+    metric: str
+    run: str
+    kind: str
+    baseline: str | None = None
+    paper_value: float | tuple[float, float] | None = None
+    op: str = ">="
+    direction: str | None = None
+    effect: str = "value"
+    seeds: tuple[int, ...] | None = None
+    targets: tuple[float, ...] | None = None
+    rule: str | None = None
+    figure: str | None = None
+
+    @property
+    def on_target(self) -> bool:
+        return self.metric in TARGET_METRICS
+
+    @property
+    def sign(self) -> int:
+        """+1 when the paper's side is the run's metric being lower (pairs) / the trend as named; -1 else."""
+        if self.kind == "trend":
+            return -1 if self.direction == "decreasing" else 1
+        if self.paper_value is not None:
+            return 1 if self.paper_value > NEUTRAL[self.kind] else -1
+        return -1 if self.direction == "higher" else 1
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def parse_claim(raw: dict, where: str, default_baseline: str) -> Claim:
+    """Validate one ``[[claims]]`` table strictly (unknown keys refused with the allowed list)."""
+    if not isinstance(raw, dict):
+        raise UserError(f"{where}: a [[claims]] entry must be a table")
+    unknown = sorted(set(raw) - CLAIM_KEYS)
+    if unknown:
+        raise UserError(f"unknown key {unknown[0]!r} in {where} [[claims]]: allowed keys are "
+                        f"{', '.join(sorted(CLAIM_KEYS))}")
+    text = raw.get("text", "?")
+    missing = [k for k in ("text", "metric", "run", "kind") if k not in raw]
+    if missing:
+        raise UserError(f"{where}: claim {text!r} lacks {', '.join(missing)}")
+
+    def bad(msg: str) -> UserError:
+        return UserError(f"{where}: claim {text!r}: {msg}")
+
+    kind, paper, op = raw["kind"], raw.get("paper_value"), raw.get("op", ">=")
+    if kind not in KINDS:
+        raise bad(f"kind = {kind!r}: choose one of {', '.join(KINDS)}")
+    if "op" in raw and kind != "value":
+        raise bad("op applies to value claims only")
+    if "effect" in raw and kind != "trend":
+        raise bad("effect applies to trend claims only")
+    direction = raw.get("direction")
+    baseline = raw.get("baseline")
+    effect = raw.get("effect", "value")
+    if kind == "value":
+        if op not in OPS:
+            raise bad(f"op = {op!r}: choose one of {', '.join(OPS)}")
+        if op == "between":
+            if not (isinstance(paper, list) and len(paper) == 2 and all(map(_number, paper)) and paper[0] < paper[1]):
+                raise bad("op = \"between\" needs paper_value = [low, high] with low < high")
+            paper = (float(paper[0]), float(paper[1]))
+        elif not _number(paper):
+            raise bad("a value claim needs a finite number paper_value")
+        if direction is not None or baseline is not None:
+            raise bad("a value claim has no direction or baseline: it compares the run with paper_value")
+    elif kind in PAIR_KINDS:
+        baseline = baseline or default_baseline
+        if paper is not None and not _number(paper):
+            raise bad("paper_value must be a finite number")
+        if direction not in (None, "lower", "higher"):
+            raise bad(f"direction = {direction!r}: choose lower or higher (the run's metric against the baseline's)")
+        if paper is not None and direction is not None and \
+                (direction == "lower") != (paper > NEUTRAL[kind]):
+            raise bad(f"direction = {direction!r} contradicts paper_value = {paper}")
+        if paper is not None and paper == NEUTRAL[kind]:
+            raise bad(f"paper_value = {paper} is no effect: give the paper's figure or a direction")
+    else:
+        if direction not in TRENDS:
+            raise bad(f"a trend claim needs direction = one of {', '.join(TRENDS)}")
+        if paper is not None:
+            raise bad("a trend claim takes no paper_value (it checks a direction)")
+        if effect not in ("value",) + PAIR_KINDS:
+            raise bad(f"effect = {effect!r}: choose value, {', '.join(PAIR_KINDS)}")
+        if (effect == "value") != (baseline is None):
+            raise bad("a trend against a baseline needs effect = reduction, ratio or difference; without a "
+                      "baseline, leave effect out")
+    seeds = raw.get("seeds")
+    if seeds is not None and not (isinstance(seeds, list) and seeds and
+                                  all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)):
+        raise bad("seeds must be a non-empty list of integers, e.g. seeds = [0, 1, 2]")
+    targets, rule = raw.get("targets"), raw.get("rule")
+    if (targets is not None or rule is not None) and raw["metric"] not in TARGET_METRICS:
+        raise bad(f"targets and rule apply to {', '.join(TARGET_METRICS)} only")
+    if rule is not None and rule not in RULES:
+        raise bad(f"rule = {rule!r}: choose one of {', '.join(RULES)}")
+    if targets is not None and (rule == "stopping" or not isinstance(targets, list) or not targets
+                                or not all(map(_number, targets))):
+        raise bad("targets must be a non-empty list of numbers (and the stopping rule takes none)")
+    for key in ("text", "metric", "run"):
+        if not isinstance(raw[key], str) or not raw[key]:
+            raise bad(f"{key} must be a non-empty string")
+    return Claim(raw["text"], raw["metric"], raw["run"], kind, baseline,
+                 float(paper) if _number(paper) else paper, op, direction, effect,
+                 tuple(seeds) if seeds else None, tuple(float(t) for t in targets) if targets else None, rule,
+                 raw.get("figure"))
+
+
+# ------------------------------------------------------------------------------------------ evaluation
+
+
+@dataclass(frozen=True)
+class Result:
+    claim: str
+    target: str
+    paper: str
+    measured: str
+    n: int
+    resolution: str
+    verdict: str
+    figure: str | None = None
+    at: str = ""  # the sweep point, for a claim checked at every point of a sweep
+
+
+def _per_seed(samples: pd.DataFrame) -> pd.DataFrame:
+    """One row per seed (duplicate runs of a seed averaged): index seed, columns lo, hi, resolution."""
+    return samples.groupby("seed").agg(lo=("lo", "mean"), hi=("hi", "mean"), resolution=("resolution", "mean"))
+
+
+def pair_effect(kind: str, r_lo, r_hi, b_lo, b_hi) -> tuple:
+    """The effect's interval per seed from the run's and the baseline's intervals (monotone in each side)."""
+    with np.errstate(all="ignore"):
+        if kind == "reduction":
+            return 1 - r_hi / b_lo, 1 - r_lo / b_hi
+        if kind == "ratio":
+            return b_lo / r_hi, b_hi / r_lo
+        return b_lo - r_hi, b_hi - r_lo
+
+
+def decide(iv: Interval, claim: Claim, lo_open: bool, hi_open: bool, resolved: bool) -> str:
+    """The verdict for a pair or trend claim from the mean effect's interval (see the module docstring)."""
+    neutral = 0.0 if claim.kind == "trend" else NEUTRAL[claim.kind]  # a trend's statistic: no change is 0
+    if lo_open and hi_open:
+        return "inconclusive"
+    if not resolved:
+        return "not resolved"
+    s = claim.sign
+    lo, hi = (iv.ci_low - neutral, iv.ci_high - neutral) if s > 0 else (neutral - iv.ci_high, neutral - iv.ci_low)
+    if s < 0:
+        lo_open, hi_open = hi_open, lo_open
+    p = abs(claim.paper_value - neutral) if claim.kind in PAIR_KINDS and claim.paper_value is not None else None
+    bound = _bound_text(iv, claim, lo_open if s > 0 else hi_open, hi_open if s > 0 else lo_open)
+    if hi_open:  # only a lower bound on the effect
+        return f"holds ({bound})" if lo > 0 and (p is None or lo >= HOLDS_SHARE * p) else f"inconclusive ({bound})"
+    if lo_open:  # only an upper bound
+        return f"does not hold ({bound})" if hi < 0 else f"inconclusive ({bound})"
+    if lo > 0:
+        if p is None:
+            return "holds"
+        return "weaker" if hi < HOLDS_SHARE * p else "stronger" if lo > p / HOLDS_SHARE else "holds"
+    return "does not hold" if hi < 0 else "inconclusive"
+
+
+def decide_value(iv: Interval, claim: Claim, hi_open: bool, resolved: bool) -> str:
+    lo, hi = iv.ci_low, iv.ci_high
+    if not resolved:
+        return "not resolved"
+    if claim.op == ">=":
+        verdict = "holds" if lo >= claim.paper_value else "does not hold" if hi < claim.paper_value else "inconclusive"
+    elif claim.op == "<=":
+        verdict = "holds" if hi <= claim.paper_value else "does not hold" if lo > claim.paper_value else "inconclusive"
+    else:
+        a, b = claim.paper_value
+        verdict = "holds" if a <= lo and hi <= b else "does not hold" if hi < a or lo > b else "inconclusive"
+    return f"{verdict} ({_bound_text(iv, claim, False, True)})" if hi_open else verdict
+
+
+def evaluate(claim: Claim, samples: pd.DataFrame, target: str = "") -> list[Result]:
+    """Evaluate ``claim`` on the samples table at one target (``Target.short``; "" for other metrics): one
+    result, or one per sweep point when the claim names a swept run."""
+    rows = samples[(samples["metric"] == claim.metric) & (samples["target"] == target)]
+    result = dict(claim=claim.text, target=target, paper=paper_text(claim), figure=claim.figure)
+
+    def missing(why: str) -> list[Result]:
+        return [Result(**result, measured="n/a", n=0, resolution="-", verdict=f"not measured: {why}")]
+
+    if samples.empty or not (samples["metric"] == claim.metric).any():
+        return missing(f"the runs have no metric {claim.metric!r}")
+    if claim.seeds is not None:
+        rows = rows[rows["seed"].isin(claim.seeds)]
+    unit = rows["unit"].iloc[0] if len(rows) else ""
+    if claim.kind == "trend":
+        return [_evaluate_trend(claim, rows, result, lambda why: missing(why)[0], unit)]
+    if (rows["run"] == claim.run).any():
+        return [_evaluate_one(claim, claim.run, rows, result, unit)]
+    points = rows.loc[rows["spec"] == claim.run, ["run", "point"]].drop_duplicates()
+    if points.empty:
+        return missing(f"no run {claim.run!r}" + (" with those seeds" if claim.seeds else ""))
+    return [_evaluate_one(claim, label, rows, {**result, "at": point}, unit) for label, point in points.values]
+
+
+def _evaluate_one(claim: Claim, label: str, rows: pd.DataFrame, result: dict, unit: str) -> Result:
+    def missing(why: str) -> Result:
+        return Result(**result, measured="n/a", n=0, resolution="-", verdict=f"not measured: {why}")
+
+    run = _per_seed(rows[rows["run"] == label])
+    if claim.kind == "value":
+        iv = mean_interval(run["lo"], run["hi"])
+        hi_open = bool(np.isinf(run["hi"]).any())
+        res = float(run["resolution"].max())
+        resolved = not (unit and iv.exact and claim.op != "between" and abs(iv.low - claim.paper_value) < res)
+        return Result(**result, measured=_measured(iv, claim, False, hi_open), n=iv.n,
+                      resolution=_resolution_text(res, unit), verdict=decide_value(iv, claim, hi_open, resolved))
+    base_label = claim.baseline
+    if not (rows["run"] == base_label).any() and "[" in label:  # a sweep point pairs with the same point
+        base_label = claim.baseline + label[label.index("["):]
+    if not (rows["run"] == base_label).any():
+        return missing(f"no run {base_label!r}" + (" with those seeds" if claim.seeds else ""))
+    base = _per_seed(rows[rows["run"] == base_label])
+    seeds = run.index.intersection(base.index)
+    if seeds.empty:
+        return missing(f"no seed in common ({label}: {', '.join(map(str, run.index))}; {base_label}: "
+                       f"{', '.join(map(str, base.index))})")
+    r, b = run.loc[seeds], base.loc[seeds]
+    lo, hi = pair_effect(claim.kind, r["lo"], r["hi"], b["lo"], b["hi"])
+    iv = mean_interval(lo, hi)
+    lo_open, hi_open = bool(np.isinf(r["hi"]).any()), bool(np.isinf(b["hi"]).any())
+    res = float(max(r["resolution"].max(), b["resolution"].max()))
+    d_lo, d_hi = pair_effect("difference", r["lo"], r["hi"], b["lo"], b["hi"])
+    resolved = not (unit and -res < float(np.mean(d_lo)) and float(np.mean(d_hi)) < res)
+    return Result(**result, measured=_measured(iv, claim, lo_open, hi_open), n=iv.n,
+                  resolution=_resolution_text(res, unit), verdict=decide(iv, claim, lo_open, hi_open, resolved))
+
+
+def _evaluate_trend(claim: Claim, rows: pd.DataFrame, result: dict, missing, unit: str) -> Result:
+    run = rows[rows["spec"] == claim.run]
+    if run.empty:
+        return missing(f"no sweep {claim.run!r}")
+    points = list(dict.fromkeys(run["point"]))
+    if len(points) < (3 if claim.direction == "minimum" else 2):
+        return missing(f"{claim.run!r} sweeps {len(points)} point(s): too few for a {claim.direction} trend")
+    base = rows[rows["spec"] == claim.baseline] if claim.baseline else None
+    if base is not None and base.empty:
+        return missing(f"no sweep {claim.baseline!r}")
+    per_point: list[pd.DataFrame] = []
+    for pt in points:
+        r = _per_seed(run[run["point"] == pt])
+        if base is None:
+            per_point.append(r[["lo", "hi", "resolution"]])
+            continue
+        b = _per_seed(base[base["point"] == pt])
+        seeds = r.index.intersection(b.index)
+        lo, hi = pair_effect(claim.effect, r.loc[seeds, "lo"], r.loc[seeds, "hi"], b.loc[seeds, "lo"],
+                             b.loc[seeds, "hi"])
+        per_point.append(pd.DataFrame({"lo": lo, "hi": hi, "resolution": np.maximum(
+            r.loc[seeds, "resolution"], b.loc[seeds, "resolution"])}, index=seeds))
+    seeds = sorted(set.intersection(*(set(p.index) for p in per_point)))
+    if not seeds:
+        return missing(f"no seed at every point of {claim.run!r}")
+    lo = np.array([[p.loc[s, "lo"] for p in per_point] for s in seeds], dtype=float)
+    hi = np.array([[p.loc[s, "hi"] for p in per_point] for s in seeds], dtype=float)
+    exact = (lo == hi).all(axis=1)
+    stats = np.array([trend_statistic(row, claim.direction) if ok else math.nan for row, ok in zip(lo, exact)])
+    open_ = not exact.all()
+    iv = mean_interval(np.where(exact, stats, -math.inf), np.where(exact, stats, math.inf))
+    res = float(np.nanmax([p["resolution"].max() for p in per_point]))
+    timed = unit and claim.effect in ("value", "difference")
+    resolved = not (timed and not open_ and abs(iv.low) < res)
+    means = ", ".join(f"{pt.split('=', 1)[-1]}: {_fmt(claim, float(p['lo'].mean()), effect=True)}"
+                      if (p["lo"] == p["hi"]).all() else f"{pt.split('=', 1)[-1]}: censored"
+                      for pt, p in zip(points, per_point))
+    name = "dip" if claim.direction == "minimum" else "change"
+    measured = f"{means}; {name} " + (_measured(iv, claim, False, False) if not open_ else "n/a (censored points)")
+    verdict = "inconclusive (censored points)" if open_ else decide(iv, claim, False, False, resolved)
+    return Result(**result, measured=measured, n=len(seeds), resolution=_resolution_text(res, unit if timed else ""),
+                  verdict=verdict)
+
+
+def trend_statistic(values: np.ndarray, direction: str) -> float:
+    """``increasing``/``decreasing``: the least-squares line's change from the first point to the last (points
+    equally spaced, so the statistic does not depend on the sweep's scale); ``minimum``: how far the lowest
+    interior point lies below the lower end."""
+    if direction == "minimum":
+        return float(min(values[0], values[-1]) - values[1:-1].min())
+    x = np.arange(values.size, dtype=float)
+    return float(np.polyfit(x, values, 1)[0] * (values.size - 1))
+
+
+# ------------------------------------------------------------------------------------------ text
+
+
+def _fmt(claim: Claim, v: float, effect: bool = False) -> str:
+    """A number in the claim's terms: percent for reductions and fractions, x for ratios, units for times."""
+    if math.isinf(v):
+        return "∞" if v > 0 else "-∞"
+    kind = claim.effect if claim.kind == "trend" else claim.kind
+    if kind == "reduction":
+        return f"{v:.0%}"
+    if kind == "ratio":
+        return f"{v:.2f}x"
+    if claim.metric == "time_to_target":
+        return f"{v:.0f} s"
+    if claim.metric == "bytes_to_target":
+        return f"{v / 1e6:.1f} MB"
+    if claim.metric.endswith(("fraction", "accuracy")):
+        return f"{v:.0%}"
+    return f"{v:.4g}"
+
+
+def _bound_text(iv: Interval, claim: Claim, lo_open: bool, hi_open: bool) -> str:
+    if hi_open and not lo_open:
+        return f">= {_fmt(claim, iv.low)}"
+    if lo_open and not hi_open:
+        return f"<= {_fmt(claim, iv.high)}"
+    return "not measured"
+
+
+def _measured(iv: Interval, claim: Claim, lo_open: bool, hi_open: bool) -> str:
+    if lo_open and hi_open:
+        return "not measured (censored on both sides)"
+    if lo_open or hi_open:
+        ci = iv.ci_low if hi_open else iv.ci_high
+        return f"{_bound_text(iv, claim, lo_open, hi_open)} [95% CI of the bound {'>=' if hi_open else '<='} " \
+               f"{_fmt(claim, ci)}]"
+    if iv.n == 1 or iv.ci_low == iv.ci_high:
+        return _fmt(claim, iv.low)
+    return f"{_fmt(claim, iv.low)} [{_fmt(claim, iv.ci_low)}, {_fmt(claim, iv.ci_high)}]"
+
+
+def _resolution_text(res: float, unit: str) -> str:
+    if not unit or not math.isfinite(res):
+        return "-"
+    if unit == "bytes":
+        return f"{res / 1e6:.2g} MB"
+    return f"{res:g} {unit}"
+
+
+def paper_text(claim: Claim) -> str:
+    if claim.kind == "trend":
+        return {"increasing": "increasing", "decreasing": "decreasing",
+                "minimum": "a minimum inside the sweep"}[claim.direction]
+    if claim.kind == "value":
+        if claim.op == "between":
+            return f"{_fmt(claim, claim.paper_value[0])} to {_fmt(claim, claim.paper_value[1])}"
+        return f"{claim.op} {_fmt(claim, claim.paper_value)}"
+    if claim.paper_value is None:
+        return f"{'lower' if claim.sign > 0 else 'higher'} than {claim.baseline} (no number given)"
+    return _fmt(claim, claim.paper_value)

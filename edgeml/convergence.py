@@ -1,0 +1,130 @@
+"""When did a run converge? Times, steps and bytes to a target, from the run's ``evals.csv`` alone.
+
+A single evaluation touching a loose target is noise, not convergence: a curve that dips below 0.9 once and
+rises back above 1.0 has not reached 0.9. The rules (``Target.rule``):
+
+- ``stays`` (the default, used by claims): the first evaluation from which the metric meets the target at
+  every later evaluation of the run: it never rises above a loss target (or falls below an accuracy target)
+  again. It depends on how long the run went on; runs compared with each other share a budget.
+- ``smoothed``: the first evaluation at which the mean of the last ``window`` evaluations meets the target.
+- ``first``: the first evaluation that meets the target (fragile; kept for comparison).
+- ``stopping``: the paper's own stopping rule as the run's config states it (``stop.loss_variance`` over
+  ``stop.window`` evaluations, adsp.txt Sec. 5.2): the first evaluation at which the population variance of
+  the last ``window`` losses is below the threshold, exactly as the monitor decides it.
+
+A run that never got there is **censored**: its time, steps and bytes are known only to exceed what the run
+spent (its duration, its total steps and bytes), and a ``Reach`` says so instead of inventing a number.
+Resolution: a time to target is quantised to the evaluation interval, so differences below one interval are
+not measured.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+RULES = ("stays", "smoothed", "first", "stopping")
+SMOOTH_WINDOW = 5
+UNITS = {"time": "s", "steps": "steps", "bytes": "bytes"}
+COLUMNS = {"time": "time_s", "steps": "total_steps", "bytes": "total_bytes"}
+
+
+@dataclass(frozen=True)
+class Target:
+    metric: str  # "accuracy" (reach at least) or "loss" (fall to at most)
+    value: float = 0.0  # unused by the stopping rule
+    rule: str = "stays"
+    note: str = ""
+
+    def __str__(self) -> str:
+        if self.rule == "stopping":
+            return "the stopping rule (loss variance over the last evaluations below the run's threshold)"
+        op = ">=" if self.metric == "accuracy" else "<="
+        rule = {"stays": "stays ", "smoothed": f"(mean of {SMOOTH_WINDOW} evaluations) ", "first": "first "}
+        return f"{self.metric} {rule[self.rule]}{op} {self.value:g}" + (f" ({self.note})" if self.note else "")
+
+    @property
+    def short(self) -> str:
+        """A label for table headers and file names: 'loss<=0.9', 'stopping rule'."""
+        if self.rule == "stopping":
+            return "stopping rule"
+        return f"{self.metric}{'>=' if self.metric == 'accuracy' else '<='}{self.value:g}"
+
+    def meets(self, values: np.ndarray) -> np.ndarray:
+        return values >= self.value if self.metric == "accuracy" else values <= self.value
+
+
+@dataclass(frozen=True)
+class Reach:
+    """Time, steps and bytes at convergence; when ``censored``, what the run spent without converging."""
+
+    time_s: float
+    steps: float
+    bytes: float
+    censored: bool
+    resolution: dict  # {"time": s, "steps": ..., "bytes": ...}: spacing of the evaluations
+
+    def value(self, quantity: str) -> float:
+        return {"time": self.time_s, "steps": self.steps, "bytes": self.bytes}[quantity]
+
+
+def stays_index(ok: np.ndarray) -> int | None:
+    """The first index from which every element of ``ok`` is true (None if the last one is false)."""
+    if ok.size == 0 or not ok[-1]:
+        return None
+    false = np.flatnonzero(~ok)
+    return int(false[-1] + 1) if false.size else 0
+
+
+def first_index(ok: np.ndarray) -> int | None:
+    hits = np.flatnonzero(ok)
+    return int(hits[0]) if hits.size else None
+
+
+def smoothed_index(values: np.ndarray, target: Target, window: int = SMOOTH_WINDOW) -> int | None:
+    means = pd.Series(values).rolling(window, min_periods=window).mean().to_numpy()
+    return first_index(target.meets(means) & ~np.isnan(means))
+
+
+def stopping_index(losses: np.ndarray, variance: float, window: int) -> int | None:
+    """The first evaluation at which the last ``window`` losses (all finite) have variance below ``variance``
+    (the monitor's rule: ``edgeml.metrics.Monitor``)."""
+    if not variance or window < 1:
+        return None
+    for i in range(window - 1, len(losses)):
+        recent = losses[i - window + 1:i + 1]
+        if all(math.isfinite(x) for x in recent) and statistics.pvariance(recent) < variance:
+            return i
+    return None
+
+
+def resolution(evals: pd.DataFrame) -> dict:
+    """The median spacing of the evaluations in time, steps and bytes (what one evaluation interval is worth)."""
+    out = {}
+    for q, col in COLUMNS.items():
+        gaps = np.diff(evals[col].to_numpy(dtype=float))
+        out[q] = float(np.median(gaps)) if gaps.size else math.nan
+    return out
+
+
+def reach(evals: pd.DataFrame, target: Target, end: dict, stop: tuple[float, int] = (0.0, 0)) -> Reach:
+    """Where ``evals`` reaches ``target`` under its rule; ``end`` = {"time", "steps", "bytes"} the run spent
+    (the bounds of a censored run); ``stop`` = (loss variance threshold, window) for the stopping rule."""
+    res = resolution(evals)
+    if target.rule == "stopping":
+        i = stopping_index(evals["loss"].to_numpy(dtype=float), *stop)
+        rows = evals
+    else:
+        rows = evals[evals[target.metric].notna()]
+        values = rows[target.metric].to_numpy(dtype=float)
+        i = {"stays": lambda: stays_index(target.meets(values)),
+             "first": lambda: first_index(target.meets(values)),
+             "smoothed": lambda: smoothed_index(values, target)}[target.rule]()
+    if i is None:
+        return Reach(float(end["time"]), float(end["steps"]), float(end["bytes"]), True, res)
+    row = rows.iloc[i]
+    return Reach(float(row["time_s"]), float(row["total_steps"]), float(row["total_bytes"]), False, res)

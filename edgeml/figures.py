@@ -1,0 +1,204 @@
+"""Figures of a set of runs: the tables they are drawn from, which panels a set of runs gets, and their captions.
+
+``write_figures`` draws the convergence curves (against time, steps and bytes), the convergence bars, the time
+breakdown and the throughput for any set of runs; the figures of the series the runs wrote
+(``series/<name>.csv``), chosen from ``edgeml.plots.SERIES_FIGURES``; and, for an experiment's figure group,
+metrics against a setting or a measured quantity. Each figure comes with a caption saying what is measured
+(test loss on how many samples, how often) and, for a reproduction, which of the paper's figures it
+reproduces. Colour means the method (the algorithm) and line style the setting: the config keys in which runs
+of one method differ within the figure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from edgeml.convergence import Target
+from edgeml.report import (NODES_NEEDED, QUANTITIES, Comparison, Run, claim_samples, compare, flat_config,
+                           fmt_value)
+
+
+def context(runs: list[Run]) -> str:
+    s = [r.summary for r in runs]
+    parts = [f"{s[0][k]}" for k in ("dataset", "model") if len({x[k] for x in s}) == 1]
+    if len({x["workers"] for x in s}) == 1:
+        parts.append(f"{s[0]['workers']} workers")
+    if len({x["hetero"] for x in s}) == 1:
+        parts.append(f"speeds {s[0]['hetero']}")
+    if {x.get("backend") for x in s} == {"sim"}:
+        parts.append("sim backend (virtual seconds)")
+    return ", ".join(parts)
+
+
+def measured_text(runs: list[Run]) -> str:
+    """What an evaluation is: 'test loss on 1000 test samples every 20 s (virtual)'."""
+    evals = [r.config.get("eval", {}) for r in runs]
+    samples = {e.get("test_samples", 0) for e in evals}
+    every = sorted({float(e.get("interval", math.nan)) for e in evals})
+    on = f"{samples.pop()} test samples" if len(samples) == 1 and 0 not in samples else "the test set" \
+        if samples == {0} else "test samples"
+    clock = " of virtual time" if {r.summary.get("backend") for r in runs} == {"sim"} else ""
+    period = f"{every[0]:g} s" if len(every) == 1 else f"{every[0]:g} to {every[-1]:g} s"
+    return f"evaluated on {on} every {period}{clock}"
+
+
+def group_settings(runs: list[Run]) -> dict[str, str]:
+    """Each run's setting within a figure (by path): the config keys in which runs of one method differ there."""
+    flat = {str(r.path): flat_config(r) for r in runs}
+    out = {}
+    for method in dict.fromkeys(r.method for r in runs):
+        paths = [str(r.path) for r in runs if r.method == method]
+        keys = [k for k in dict.fromkeys(k for p in paths for k in flat[p])
+                if len({json.dumps(flat[p].get(k), sort_keys=True, default=str) for p in paths}) > 1]
+        out.update({p: ",".join(f"{k}={fmt_value(flat[p].get(k))}" for k in keys) for p in paths})
+    return out
+
+
+def figure_tables(runs: list[Run]) -> dict[str, pd.DataFrame]:
+    """The tidy tables the figures are drawn from: ``evals``, ``nodes`` and one per series the runs wrote.
+    Every row names its run, method (colour), setting (line style) and seed."""
+    from edgeml.plots import SERIES_FIGURES
+
+    evals, nodes, series = [], [], {}
+    settings = group_settings(runs)
+    for r in runs:
+        tag = {"run": r.label, "method": r.method, "setting": settings[str(r.path)], "seed": r.seed}
+        evals.append(r.evals.assign(total_mb=r.evals["total_bytes"] / 1e6, **tag))
+        n = r.table("nodes.csv", NODES_NEEDED)
+        w = n[n["role"] == "worker"].copy()
+        factors = r.meta().get("step_factors") or []
+        w["worker"] = [f"{int(i)}\n×{factors[int(i)]:.3g}" if int(i) < len(factors) else str(int(i))
+                       for i in w["index"]]
+        alive = w["alive_s"].where(w["alive_s"] > 0)
+        for src, part in (("compute_s", "computation"), ("comm_s", "communication"), ("wait_s", "waiting")):
+            w[part] = 100 * w[src] / alive
+        nodes.append(w[["worker", "index", "computation", "communication", "waiting"]].assign(**tag))
+        for name, spec in SERIES_FIGURES.items():
+            df = r.table(f"series/{name}.csv", spec.columns, required=False)
+            if df is not None:
+                series.setdefault(name, []).append(df.assign(**tag))
+
+    def cat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    worker_means = cat(nodes).groupby(["run", "worker"], sort=False, as_index=False).mean(numeric_only=True)
+    return {"evals": cat(evals), "nodes": worker_means, **{k: cat(v) for k, v in series.items()}}
+
+
+@dataclass(frozen=True)
+class FigureFile:
+    name: str
+    png: Path
+    caption: str
+
+
+STANDARD_PANELS = ("convergence_time", "convergence_steps", "convergence_bytes", "bars", "time_breakdown",
+                   "throughput")
+
+
+def panel_names() -> tuple[str, ...]:
+    from edgeml.plots import SERIES_FIGURES
+
+    return STANDARD_PANELS + tuple(SERIES_FIGURES)
+
+
+def axis_label(metric: str, target: Target) -> str:
+    if metric in QUANTITIES:
+        unit = {"time": " (s)", "steps": "", "bytes": " (bytes)"}[QUANTITIES[metric]]
+        return f"{QUANTITIES[metric]} until {replace(target, note='')}{unit}"
+    return metric
+
+
+def against_data(runs: list[Run], cmp: Comparison, x: str, ys: list[str]) -> pd.DataFrame:
+    """Rows per run for an ``against`` panel: method, point (its setting), seed, x (a config key such as a
+    swept setting, or a metric), the ys."""
+    flat = {str(r.path): flat_config(r) for r in runs}
+    from_config = all(x in f for f in flat.values())
+    metrics = ys if from_config else [x, *ys]
+    samples = claim_samples(runs, cmp.per_run, metrics, [cmp.target])
+    settings = group_settings(runs)
+    rows = []
+    for r in runs:
+        s = samples[samples["run"].eq(r.label) & samples["seed"].eq(r.seed)]
+        row = {"method": r.method, "point": settings[str(r.path)], "seed": r.seed}
+        if from_config:
+            row[x] = flat[str(r.path)][x]
+        for m in metrics:
+            v = s[s["metric"] == m]
+            if not v.empty:
+                row[m] = float(v["lo"].mean())
+                row[f"{m}_censored"] = bool(np.isinf(v["hi"]).any())
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def write_figures(runs: list[Run], out: Path, cmp: Comparison | None = None, panels: Iterable[str] | None = None,
+                  against: Iterable[dict] = (), cite: str = "") -> list[FigureFile]:
+    """Draw the figures the runs have data for (or the ``panels`` named), plus one figure per ``against``
+    entry ({"x": key or metric, "y": [metrics]}); write PNG and PDF; return them with their captions. A
+    ``cite`` (the paper's figure these runs reproduce) opens the captions of the paper's panels."""
+    from edgeml import plots
+
+    cmp = cmp or compare(runs)
+    tables = figure_tables(runs)
+    ctx, measured = context(runs), measured_text(runs)
+    target = cmp.target
+    seeds = max(len({r.seed for r in runs if r.label == lab}) for lab in {r.label for r in runs})
+    band = f"; mean over {seeds} seeds with a 95% bootstrap band" if seeds > 1 else ""
+    paper = f"{cite}: " if cite else ""
+    wanted = set(panels) if panels is not None else None
+    figures: list[tuple[str, Any, str]] = []
+
+    def want(name: str) -> bool:
+        return wanted is None or name in wanted
+
+    for name, x in (("convergence_time", "time_s"), ("convergence_steps", "total_steps"),
+                    ("convergence_bytes", "total_mb")):
+        if want(name):
+            figures.append((name, lambda x=x: plots.convergence(tables["evals"], x, ctx),
+                            f"{paper}test loss and accuracy of the global model against {plots.X_NAMES[x]}, "
+                            f"{measured}{band}"))
+    if want("bars"):
+        settings = group_settings(runs)
+        method = {str(r.path): r.method for r in runs}
+        reach = cmp.reach[(cmp.reach["target"] == target.short) & cmp.reach["path"].isin(settings)]
+        reach = reach.assign(method=reach["path"].map(method), setting=reach["path"].map(settings))
+        figures.append(("bars", lambda: plots.bars(reach, str(replace(target, note="")), ctx),
+                        f"{paper}time and steps until {target} ({measured}), mean over seeds with 95% bootstrap "
+                        "intervals; a hatched bar marked '>' never got there: its height is what the run lasted"))
+    if want("time_breakdown"):
+        figures.append(("time_breakdown", lambda: plots.time_breakdown(tables["nodes"], ctx),
+                        f"{paper}each worker's time split into computation, communication and waiting"))
+    if want("throughput"):
+        per_run = cmp.per_run[cmp.per_run["path"].isin({str(r.path) for r in runs})]
+        figures.append(("throughput", lambda: plots.throughput(per_run, ctx),
+                        "training throughput and network traffic per run, mean over seeds"))
+    for name, spec in plots.SERIES_FIGURES.items():
+        if name in tables and not tables[name].empty and want(name):
+            figures.append((name, lambda spec=spec, name=name: spec.draw(tables[name], ctx), spec.caption))
+    for a in against:
+        x, ys = a["x"], list(a["y"])
+        data = against_data(runs, cmp, x, ys)
+        ys = [y for y in ys if y in data.columns]
+        if ys and (x in data.columns):
+            labels = {m: axis_label(m, target) for m in [x, *ys]}
+            figures.append((f"against_{x}", lambda data=data, x=x, ys=ys, labels=labels:
+                            plots.against(data, x, ys, labels, ctx),
+                            f"{paper}{', '.join(labels[y] for y in ys)} against {labels[x]}: mean over seeds with "
+                            f"95% bootstrap intervals ({measured}); a hollow point marked '>' never reached the "
+                            "target: it is drawn at what the run lasted"))
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, draw, caption in figures:
+        fig = draw()
+        for ext in ("png", "pdf"):
+            fig.savefig(out / f"{name}.{ext}", dpi=150)
+        written.append(FigureFile(name, out / f"{name}.png", caption if cite else caption[:1].upper() + caption[1:]))
+    return written

@@ -1,0 +1,253 @@
+"""Convergence metrics, censoring and claim verdicts on hand-made tables whose answers are known exactly."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from edgeml.claims import Claim, evaluate, parse_claim, trend_statistic
+from edgeml.convergence import Target, reach, stays_index, stopping_index
+from edgeml.errors import UserError
+from edgeml.stats import bootstrap_ci, mean_interval
+
+INF = math.inf
+
+
+# ------------------------------------------------------------------------------------------ convergence
+
+
+def curve(losses, dt: float = 20.0) -> pd.DataFrame:
+    n = len(losses)
+    return pd.DataFrame({"time_s": np.arange(n) * dt, "total_steps": np.arange(n) * 85,
+                         "total_bytes": np.arange(n) * 1000, "loss": losses, "accuracy": [1 - x for x in losses]})
+
+
+END = {"time": 1000.0, "steps": 4000, "bytes": 9e6}
+
+
+def test_stays_below_ignores_a_curve_that_dips_once():
+    # the loss touches 0.899 at t = 60 and rises above 1.0 again: it stays below 0.9 only from t = 120
+    evals = curve([2.0, 1.5, 0.899, 1.05, 0.95, 0.85, 1.1, 0.88, 0.87, 0.86, 0.84, 0.83])
+    assert reach(evals, Target("loss", 0.9, "first"), END).time_s == 40.0
+    stays = reach(evals, Target("loss", 0.9), END)
+    assert (stays.time_s, stays.steps, stays.bytes, stays.censored) == (140.0, 595.0, 7000.0, False)
+    assert stays.resolution == {"time": 20.0, "steps": 85.0, "bytes": 1000.0}
+    # the mean of the last 5 evaluations first falls to 0.9 at t = 220, once the 1.1 has left the window
+    assert reach(evals, Target("loss", 0.9, "smoothed"), END).time_s == 220.0
+    assert stays_index(np.array([True, False, True, True])) == 2
+    assert stays_index(np.array([True, True, False])) is None
+
+
+def test_a_run_that_never_stays_there_is_censored_at_what_it_spent():
+    evals = curve([2.0, 0.85, 1.2])  # dips below 0.9 but ends above it
+    r = reach(evals, Target("loss", 0.9), END)
+    assert r.censored and (r.time_s, r.steps, r.bytes) == (1000.0, 4000.0, 9e6)
+    assert reach(curve([2.0, 1.5]), Target("accuracy", 0.9), END).censored
+
+
+def test_the_stopping_rule_is_the_monitors():
+    losses = [2.0, 1.0, 0.8, 0.71, 0.7, 0.705, 0.7, 0.69]
+    i = stopping_index(np.array(losses), 2e-4, 4)
+    # the first window of 4 with population variance below 2e-4, as edgeml.metrics.Monitor decides it
+    expected = next(k for k in range(3, len(losses)) if statistics.pvariance(losses[k - 3:k + 1]) < 2e-4)
+    assert i == expected == 6
+    r = reach(curve(losses), Target("loss", rule="stopping"), END, (2e-4, 4))
+    assert (r.time_s, r.censored) == (120.0, False)
+    assert reach(curve(losses), Target("loss", rule="stopping"), END, (1e-9, 4)).censored
+    assert stopping_index(np.array([1.0, math.nan, 1.0, 1.0]), 1e-3, 3) is None  # a gap is not stable
+
+
+# ------------------------------------------------------------------------------------------ intervals
+
+
+def test_interval_bootstrap_of_exact_and_censored_values():
+    iv = mean_interval([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])
+    m, lo, hi = bootstrap_ci([1.0, 2.0, 3.0])
+    assert (iv.low, iv.high, iv.ci_low, iv.ci_high, iv.n) == (2.0, 2.0, lo, hi, 3) and iv.exact
+    # one seed censored above: the mean is only bounded below, and the upper end is unbounded
+    iv = mean_interval([1.0, 2.0, 3.0], [1.0, 2.0, INF])
+    assert iv.low == 2.0 and iv.high == INF and not iv.exact and iv.ci_high == INF
+    assert 1.0 <= iv.ci_low <= 2.0
+
+
+# ------------------------------------------------------------------------------------------ claims
+
+
+def samples(rows) -> pd.DataFrame:
+    """Rows (run, seed, lo, hi[, point, spec]) of one time-to-target metric evaluated every 20 s."""
+    out = []
+    for r in rows:
+        run, seed, lo, hi = r[:4]
+        point = r[4] if len(r) > 4 else ""
+        out.append({"run": run, "spec": run.split("[")[0], "point": point, "seed": seed, "metric": "time_to_target",
+                    "target": "loss<=0.9", "lo": lo, "hi": hi, "resolution": 20.0, "unit": "s"})
+    return pd.DataFrame(out)
+
+
+def timed(run: dict, base: dict) -> pd.DataFrame:
+    """{seed: time or None (censored at 1000 s)} for run 'new' and baseline 'base'."""
+    rows = []
+    for label, times in (("new", run), ("base", base)):
+        for seed, t in times.items():
+            rows.append((label, seed, 1000.0 if t is None else t, INF if t is None else t))
+    return samples(rows)
+
+
+def claim(kind: str = "reduction", paper=None, **kw) -> Claim:
+    return Claim("t", kw.pop("metric", "time_to_target"), kw.pop("run", "new"), kind, kw.pop("baseline", "base"),
+                 paper, **kw)
+
+
+def verdict(c: Claim, table: pd.DataFrame, target: str = "loss<=0.9"):
+    (r,) = evaluate(c, table, target)
+    return r
+
+
+@pytest.mark.parametrize("new, paper, expected", [
+    ({0: 200.0, 1: 220.0, 2: 180.0}, 0.8, "holds"),            # 80% [78%, 82%]
+    ({0: 500.0, 1: 520.0, 2: 480.0}, 0.8, "weaker"),           # 50%: the whole interval below 0.9 x 80%
+    ({0: 100.0, 1: 120.0, 2: 80.0}, 0.5, "stronger"),          # 90%: the whole interval above 50% / 0.9
+    ({0: 1100.0, 1: 1200.0, 2: 1150.0}, 0.8, "does not hold"),  # slower in every seed
+    ({0: 600.0, 1: 1400.0, 2: 900.0}, 0.8, "inconclusive"),    # the interval straddles 0
+    ({0: 200.0, 1: 220.0, 2: 180.0}, None, "holds"),           # a direction: the interval lies above 0
+])
+def test_verdicts_rest_on_the_paired_interval(new, paper, expected):
+    table = timed(new, {0: 1000.0, 1: 1000.0, 2: 1000.0})
+    r = verdict(claim(paper=paper), table)
+    assert r.verdict == expected, r
+    assert r.n == 3 and r.resolution == "20 s"
+
+
+def test_the_measured_figure_shows_the_interval():
+    r = verdict(claim(paper=0.8), timed({0: 200.0, 1: 300.0}, {0: 1000.0, 1: 1000.0}))
+    assert r.measured == "75% [70%, 80%]" and r.paper == "80%"
+
+
+def test_an_effect_below_one_evaluation_interval_is_not_resolved():
+    # 280 s against 300 s: 7% faster, but the evaluations are 20 s apart
+    r = verdict(claim(), timed({0: 290.0, 1: 280.0, 2: 290.0}, {0: 300.0, 1: 300.0, 2: 300.0}))
+    assert r.verdict == "not resolved"
+    r = verdict(claim(), timed({0: 260.0, 1: 260.0}, {0: 300.0, 1: 300.0}))
+    assert r.verdict == "holds"  # two intervals apart
+
+
+def test_an_unreached_baseline_gives_a_bound_not_100_percent():
+    # the baseline never reached the target in its 1000 s: ADSP's 869 s is 13% less than the budget, no more
+    r = verdict(claim(paper=0.8), timed({0: 869.0}, {0: None}))
+    assert r.verdict == "inconclusive (>= 13%)" and r.measured.startswith(">= 13%")
+    assert "100%" not in r.measured
+    # when the bound alone proves the claim, it holds, and says it is a bound
+    r = verdict(claim(paper=0.8), timed({0: 100.0}, {0: None}))
+    assert r.verdict == "holds (>= 90%)"
+    r = verdict(claim(), timed({0: 100.0, 1: 150.0}, {0: None, 1: 800.0}))
+    assert r.verdict.startswith("holds (>=")
+
+
+def test_a_censored_run_can_only_fail_to_hold():
+    r = verdict(claim(paper=0.5), timed({0: None}, {0: 400.0}))  # the run took more than 1000 s, base 400 s
+    assert r.verdict == "does not hold (<= -150%)"
+    r = verdict(claim(paper=0.5), timed({0: None}, {0: 1500.0}))  # at most 33% faster: unknown direction
+    assert r.verdict == "inconclusive (<= 33%)"
+
+
+def test_both_sides_censored_is_inconclusive():
+    r = verdict(claim(paper=0.8), timed({0: None, 1: None}, {0: None, 1: None}))
+    assert r.verdict == "inconclusive" and "censored" in r.measured and r.n == 2
+
+
+def test_ratio_difference_and_direction_claims():
+    table = timed({0: 250.0, 1: 250.0}, {0: 500.0, 1: 500.0})
+    assert verdict(claim("ratio", 2.0), table).measured == "2.00x"
+    assert verdict(claim("ratio", 2.0), table).verdict == "holds"
+    assert verdict(claim("difference", 250.0), table).verdict == "holds"
+    # "36 workers are slower than 18": the run's time is higher than the baseline's
+    slower = timed({0: 600.0, 1: 640.0}, {0: 500.0, 1: 500.0})
+    assert verdict(claim(direction="higher"), slower).verdict == "holds"
+    assert verdict(claim(direction="lower"), slower).verdict == "does not hold"
+
+
+def test_value_claims_use_the_interval_against_the_bound():
+    rows = [{"run": "bsp", "spec": "bsp", "point": "", "seed": s, "metric": "noncompute_fraction", "target": "",
+             "lo": v, "hi": v, "resolution": math.nan, "unit": ""} for s, v in enumerate([0.55, 0.60, 0.65])]
+    table = pd.DataFrame(rows)
+
+    def value(op, paper):
+        return verdict(Claim("t", "noncompute_fraction", "bsp", "value", None, paper, op), table, "")
+
+    assert value(">=", 0.5).verdict == "holds"
+    assert value(">=", 0.7).verdict == "does not hold"
+    assert value(">=", 0.6).verdict == "inconclusive"  # the mean is 60% but the interval reaches below
+    assert value("<=", 0.5).verdict == "does not hold"
+    assert value("between", (0.4, 0.7)).verdict == "holds" and value("between", (0.4, 0.7)).paper == "40% to 70%"
+    assert value(">=", 0.5).measured.startswith("60% [")
+
+
+def test_claims_on_a_sweep_are_checked_at_every_point():
+    rows = []
+    for point, (new, base) in {"H=1.6": (300.0, 400.0), "H=3.2": (300.0, 800.0)}.items():
+        for seed in (0, 1):
+            rows += [(f"new[cluster.hetero={point}]", seed, new, new, f"cluster.hetero={point}"),
+                     (f"base[cluster.hetero={point}]", seed, base, base, f"cluster.hetero={point}")]
+    table = samples(rows)
+    at_every = evaluate(claim(), table, "loss<=0.9")
+    assert [(r.at, r.measured, r.verdict) for r in at_every] == [
+        ("cluster.hetero=H=1.6", "25%", "holds"), ("cluster.hetero=H=3.2", "62%", "holds")]
+    (one,) = evaluate(claim(paper=0.624, run="new[cluster.hetero=H=3.2]"), table, "loss<=0.9")
+    assert one.verdict == "holds" and one.at == ""
+    # the gap grows with H: the time difference goes from 100 s to 500 s
+    trend = verdict(Claim("t", "time_to_target", "new", "trend", "base", None, direction="increasing",
+                          effect="difference"), table)
+    assert trend.verdict == "holds" and "change 400 s" in trend.measured
+    flat = verdict(Claim("t", "time_to_target", "new", "trend", None, None, direction="increasing"), table)
+    assert flat.verdict == "not resolved"  # the run's own time does not change at all
+
+
+def test_trend_statistics_by_hand():
+    assert trend_statistic(np.array([1.0, 2.0, 3.0]), "increasing") == pytest.approx(2.0)
+    assert trend_statistic(np.array([3.0, 1.0, 2.0, 4.0]), "minimum") == pytest.approx(2.0)  # min(3, 4) - 1
+    rows = [("rate[adsp.fixed_rate=%d]" % k, s, t + 10 * s, t + 10 * s, f"adsp.fixed_rate={k}")
+            for k, t in ((1, 240.0), (2, 180.0), (4, 200.0), (8, 260.0)) for s in (0, 1, 2)]
+    table = samples(rows)
+    c = Claim("t", "time_to_target", "rate", "trend", None, None, direction="minimum")
+    r = verdict(c, table)
+    assert r.verdict == "holds" and "dip 60 s" in r.measured  # 240 - 180
+    censored = samples(rows[:-1] + [("rate[adsp.fixed_rate=8]", 2, 1000.0, INF, "adsp.fixed_rate=8")])
+    assert verdict(c, censored).verdict == "inconclusive (censored points)"
+
+
+def test_missing_runs_and_metrics_are_not_measured():
+    table = timed({0: 200.0}, {1: 300.0})
+    assert verdict(claim(), table).verdict.startswith("not measured: no seed in common")
+    assert verdict(claim(run="nope"), table).verdict == "not measured: no run 'nope'"
+    assert verdict(claim(metric="wait_fraction"), table).verdict.startswith("not measured: the runs have no metric")
+    assert verdict(claim(seeds=(0,)), table).verdict == "not measured: no run 'base' with those seeds"
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"text": "t", "metric": "m", "run": "r", "kind": "reduction", "baselin": "b"},
+     "unknown key 'baselin'.*allowed keys are baseline, direction"),
+    ({"text": "t", "metric": "m", "run": "r", "kind": "faster"}, "kind = 'faster'"),
+    ({"text": "t", "metric": "m", "run": "r", "kind": "value"}, "needs a finite number paper_value"),
+    ({"text": "t", "metric": "m", "run": "r", "kind": "value", "op": "between", "paper_value": [0.6, 0.4]},
+     "low < high"),
+    ({"text": "t", "metric": "m", "run": "r", "kind": "reduction", "paper_value": 0.5, "direction": "higher"},
+     "contradicts"),
+    ({"text": "t", "metric": "m", "run": "r", "kind": "trend"}, "needs direction"),
+    ({"text": "t", "metric": "m", "run": "r", "kind": "trend", "direction": "increasing", "baseline": "b"},
+     "needs effect"),
+    ({"text": "t", "metric": "final_loss", "run": "r", "kind": "reduction", "targets": [0.9]},
+     "targets and rule apply to"),
+    ({"text": "t", "metric": "time_to_target", "run": "r", "kind": "reduction", "seeds": [0, "1"]}, "seeds"),
+    ({"text": "t", "metric": "time_to_target", "run": "r", "kind": "reduction", "rule": "soon"}, "rule = 'soon'"),
+    ({"text": "t", "run": "r", "kind": "reduction"}, "lacks metric"),
+])
+def test_claims_are_validated_strictly(raw, message):
+    with pytest.raises(UserError, match=message):
+        parse_claim(raw, "x.toml", "bsp")
+    good = parse_claim({"text": "t", "metric": "time_to_target", "run": "r", "kind": "reduction",
+                        "paper_value": 0.8, "targets": [1.0, 0.9]}, "x.toml", "bsp")
+    assert (good.baseline, good.targets, good.sign) == ("bsp", (1.0, 0.9), 1)
