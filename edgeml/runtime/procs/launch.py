@@ -32,7 +32,8 @@ def run_local(job, path: Path, quiet: bool) -> tuple[str, str]:
     # a fork server imports torch and edgeml once, then forks each node from that clean state: starting N
     # processes costs one import instead of N (fork from this process is unsafe once threads exist)
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["edgeml.runtime.forkserver", "edgeml.runtime.procs.launch", "edgeml.algorithms"])
+    # (not the algorithms: importing them loads EDGEML_PLUGINS, which each process does with its own sys.path)
+    ctx.set_forkserver_preload(["edgeml.runtime.forkserver", "edgeml.runtime.procs.launch"])
     control, result = ctx.Queue(), ctx.Queue()
     plugins = os.environ.get("EDGEML_PLUGINS")
     procs = [ctx.Process(target=monitor_main, args=(endpoints[0], job, str(path), quiet, control, result),

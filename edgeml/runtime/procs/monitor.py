@@ -112,7 +112,8 @@ class RunMonitor:
         elif msg.tag == CONTROL + "snapshot":
             if src not in self.ended or msg.meta["tick"] < 0:
                 self.snapshots.add(src, msg.meta["tick"], msg.meta["time"], msg["params"])
-            self.evaluate_ready()
+            if not self.stopping:
+                self.evaluate_ready()
         elif msg.tag == CONTROL + "error":
             info = self.lay.infos[src]
             self.writer.write_error(error_report(info, msg.meta["time"], msg.meta["trace"]))
@@ -162,6 +163,11 @@ class RunMonitor:
             elif kind == "interrupt":
                 self.interrupted = True
 
+    def unexposed(self) -> bool:
+        """Every node has reported and none exposes a model: evaluation rows then come on the monitor's clock
+        (totals only), as in sim."""
+        return len(self.stats) == len(self.reports) and not any(st["exposes"] for st in self.stats.values())
+
     def stalled(self, now: float) -> str | None:
         if any(now - t < STALL_S for t in self.ended.values()):
             return None
@@ -182,9 +188,13 @@ class RunMonitor:
     def run(self, control, launcher_gone: threading.Event) -> tuple[str, str, float]:
         mon = self.monitor
         infos = self.lay.infos
+        tick = 0.0
         while True:
             self.pump(0.05, control)
             t = self.now()
+            if t >= tick and self.unexposed():
+                mon.evaluate(t, [], Totals.of(list(self.reports.values())))
+                tick = (t // self.job.cfg.eval.interval + 1) * self.job.cfg.eval.interval
             if launcher_gone.is_set():
                 self.failure = self.failure or "the launcher process was killed"
             mon.check_time(t)
@@ -213,7 +223,7 @@ class RunMonitor:
             for r in self.transport.dead - set(self.ended):  # gone without a final report
                 self.end(r)
         self._add_late_losses()
-        if status != "failed" and self.snapshots.latest:
+        if status != "failed":
             mon.evaluate(duration, list(self.snapshots.latest.values()), Totals.of(list(self.reports.values())))
         return status, reason, duration
 

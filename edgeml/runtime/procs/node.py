@@ -94,7 +94,7 @@ class ProcsNode(Node):
             "counters": asdict(self.counters), "tags": {k: asdict(v) for k, v in self.tags.items()},
             "series": rows, "crashed_at": self.crashed_at, "final": final, "time": self.now(),
             "blocked_since": self.blocked_since, "blocked_on": self.blocked_on, "sent": tr.sent,
-            "arrived": tr.arrived, "lost": dict(tr.lost)})
+            "arrived": tr.arrived, "lost": dict(tr.lost), "exposes": self.exposed is not None})
         tr.send(0, CONTROL + "stats", {"blob": torch.frombuffer(bytearray(blob), dtype=torch.uint8)}, {})
 
     def _wait(self, seconds: float, blocked: bool) -> None:
@@ -241,6 +241,7 @@ def node_main(endpoint: Endpoint, job, standalone: bool = True, plugins: str | N
     node = ProcsNode(rank, layout(programs), job, transport, msg["epoch"])
     if job.cfg.run.device == "cuda":
         torch.cuda.set_device(0)
+    time.sleep(max(0.0, node.epoch - time.time()))  # every node starts at t = 0 on the shared clock
     error = ""
     try:
         program(node)
