@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -249,7 +250,35 @@ def test_killing_the_launcher_leaves_no_process_behind(tmp_path, sig, code):
     p.communicate(timeout=40)
     assert p.returncode == code
     assert _descendants_gone(kids, within=10)
-    if sig == signal.SIGTERM:  # an orderly stop: results complete, reason recorded
-        meta = json.loads((tmp_path / "r" / "meta.json").read_text())
-        assert meta["status"] == "interrupted" and (tmp_path / "r" / "summary.json").exists()
+    # SIGTERM: an orderly stop; SIGKILL: the monitor is told and still completes the run directory
+    meta = json.loads((tmp_path / "r" / "meta.json").read_text())
+    status = {signal.SIGTERM: ("interrupted", "interrupted by the user"),
+              signal.SIGKILL: ("failed", "the launcher process was killed")}[sig]
+    assert (meta["status"], meta["stop_reason"]) == status and (tmp_path / "r" / "summary.json").exists()
     assert len(pd.read_csv(evals)) >= 2  # what was measured stays readable either way
+
+
+def test_a_single_machine_run_listens_on_loopback_only(tmp_path):
+    p = _cli("run", "asp", "--workers", "2", "--max-time", "120", "--out", str(tmp_path), "--name", "r", "-q")
+    _wait_for_evaluations(tmp_path / "r")
+    listening = []
+    for proc in [psutil.Process(p.pid), *_children_alive(p.pid)]:
+        try:
+            listening += [c.laddr for c in proc.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
+        except psutil.NoSuchProcess:
+            pass
+    # nothing answers on the host's other addresses (while the run is on)
+    others = [a.address for addrs in psutil.net_if_addrs().values() for a in addrs
+              if a.family == socket.AF_INET and not a.address.startswith("127.")]
+    refused = []
+    for ip in others[:1]:
+        for a in listening:
+            try:
+                socket.create_connection((ip, a.port), timeout=2).close()
+            except OSError:
+                refused.append(a.port)
+    os.killpg(p.pid, signal.SIGINT)
+    p.communicate(timeout=40)
+    assert len(listening) >= 4  # monitor, PS and 2 workers
+    assert {a.ip for a in listening} == {"127.0.0.1"}, listening
+    assert len(refused) == len(listening) * len(others[:1])

@@ -48,10 +48,6 @@ def load_plugins(names: str | None) -> None:
         _load_plugins()
 
 
-def debugging() -> bool:
-    return os.environ.get("EDGEML_DEBUG", "") not in ("", "0")
-
-
 class ProcsNode(Node):
     def __init__(self, rank: int, lay: Layout, job, transport: Transport, epoch: float):
         super().__init__(rank, lay, job, transport.dead)
@@ -252,8 +248,6 @@ def node_main(endpoint: Endpoint, job, standalone: bool = True, plugins: str | N
         pass
     except BaseException:
         error = traceback.format_exc()
-        if debugging():
-            print(error, file=sys.stderr)
     try:  # final report: error if any, the final model, counters and remaining series
         end = node.now()
         transport.end(end)
