@@ -199,8 +199,8 @@ class Node:
         self.series: list[tuple[str, dict[str, Any]]] = []
         self.exposed = None
         self.crashed_at: float | None = None
-        self.blocked_on: str | None = None
-        """What this node waits for while blocked with no timeout (``recv(...)``, ``all_reduce(...)``)."""
+        self.blocked_on: tuple | None = None
+        """What this node waits for while blocked with no timeout: ("recv", src, tag) or ("all_reduce", role)."""
         self.send_horizon = 0.0
         """When the last message this node sent arrives (its in-flight time counts as communication)."""
         self.up_busy = 0.0
@@ -251,6 +251,16 @@ class Node:
     @property
     def is_worker(self) -> bool:
         return self.info.role == "worker"
+
+    def waiting_for(self) -> str | None:
+        """``recv(src=ps 0, tag='model')`` or ``all_reduce('worker')``: what this node is blocked in, if anything."""
+        if self.blocked_on is None:
+            return None
+        if self.blocked_on[0] == "all_reduce":
+            return f"all_reduce({self.blocked_on[1]!r})"
+        _, src, tag = self.blocked_on
+        where = ([f"src={self.name(src)}"] if src is not None else []) + ([f"tag={tag!r}"] if tag is not None else [])
+        return f"recv({', '.join(where)})"
 
     def alive(self, rank: int, at: float | None = None) -> bool:
         """Whether node ``rank`` is alive (at time ``at``, default now) as far as this node knows."""
@@ -325,9 +335,7 @@ class Node:
         """Next message (optionally from ``src`` with ``tag``); ``None`` once ``timeout`` seconds pass."""
         t0 = self.now()
         if timeout is None:
-            where = ", ".join(([f"src={self.name(src)}"] if src is not None else [])
-                              + ([f"tag={tag!r}"] if tag is not None else []))
-            self.blocked_on = f"recv({where})"
+            self.blocked_on = ("recv", src, tag)
         msg = None
         try:
             msg = self._await(src, tag, timeout)
@@ -354,9 +362,10 @@ class Node:
     def all_reduce(self, tensor, role: str = "worker", *, mean: bool = False):
         """Sum ``tensor`` in place over the live nodes of ``role`` (this node among them), or average it with
         ``mean``; returns it."""
-        assert self.role == role, f"{self.info.name} cannot join an all_reduce of role {role!r}"
+        if self.role != role:
+            raise ValueError(f"{self.info.name} cannot join an all_reduce of role {role!r}: only its members can")
         t0 = self.now()
-        self.blocked_on = f"all_reduce({role!r})"
+        self.blocked_on = ("all_reduce", role)
         try:
             members, complete_at = self._all_reduce(tensor, role)
         except StopRun:

@@ -165,7 +165,7 @@ class Kernel:
         """Scheduled events that can wake a node: deliveries, reductions, crashes (not the monitor's own)."""
         self.timers = 0
         """Nodes with a valid pending wake-up. With ``pending`` at 0 too, no node can ever run again."""
-        self.layout = lay = layout(programs)
+        lay = layout(programs)
         self.roles = lay.roles
         self.live = {role: len(ranks) for role, ranks in lay.roles.items()}
         self.nodes = {r: SimNode(self, r, lay, job, program) for r, (_, program) in enumerate(programs, start=1)}
@@ -252,7 +252,7 @@ class Kernel:
             self.schedule(self.now + self.job.cfg.eval.interval, self._tick)
 
     def stalled(self) -> str:
-        blocked = [(n.info, n.blocked_on or "a wait") for n in self.nodes.values() if not n.done]
+        blocked = [(n.info, n.waiting_for() or "a wait") for n in self.nodes.values() if not n.done]
         return f"no node can make progress: {describe_blocked(blocked)}"
 
     def run(self) -> tuple[str, str]:

@@ -89,7 +89,7 @@ class ProcsNode(Node):
         blob = pickle.dumps({
             "counters": asdict(self.counters), "tags": {k: asdict(v) for k, v in self.tags.items()},
             "series": rows, "crashed_at": self.crashed_at, "final": final, "time": self.now(),
-            "blocked_since": self.blocked_since, "blocked_on": self.blocked_on, "sent": tr.sent,
+            "blocked_since": self.blocked_since, "blocked_on": self.waiting_for(), "sent": tr.sent,
             "arrived": tr.arrived, "lost": dict(tr.lost), "exposes": self.exposed is not None})
         tr.send(0, CONTROL + "stats", {"blob": torch.frombuffer(bytearray(blob), dtype=torch.uint8)}, {})
 
