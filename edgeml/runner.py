@@ -86,10 +86,10 @@ def run(cfg: Config, *, quiet: bool = True, path: Path | None = None) -> Path:
     torchrun = procs.launched_by_torchrun()
     if torchrun:
         procs.check_world(cfg, nodes)
-    else:
-        check_capacity(cfg, nodes, procs.host_cores())
     path = path or run_dir_for(cfg)
-    job = build_job(cfg, base_step_s=0.0)
+    job = build_job(cfg, base_step_s=0.0)  # refuses impossible data settings first
+    if not torchrun:
+        check_capacity(cfg, nodes, procs.host_cores())
     if torchrun and not procs.torchrun_is_monitor():
         procs.torchrun_node(job)  # does not return
     calibration = procs.calibrate(job)
