@@ -38,7 +38,10 @@ class RunSection:
     name: str = ""
     """Run directory name; empty means ``<algorithm>-<dataset>-w<workers>-s<seed>-<timestamp>``."""
     threads: int = 1
-    """torch threads per worker process (one per process keeps many workers from oversubscribing cores)."""
+    """torch threads per worker process (one per process keeps many workers from oversubscribing cores); sim
+    runs with this many too."""
+    max_procs_per_core: int = 16
+    """procs: refuse a run of more node processes than this per core of the host (use the sim backend)."""
 
 
 @dataclass

@@ -3,14 +3,21 @@
 Run directory (format 1; tables are rebuilt from it alone):
 
     config.toml     the resolved configuration
-    meta.json       edgeml version, format, git SHA, seed, host, backend, calibration, status, stop reason
-    evals.csv       time_s, total_steps, total_samples, total_bytes, ps_ingress_bytes, loss, accuracy
+    meta.json       edgeml version, format, git SHA, seed, host, backend, threads, calibration, status
+                    (running, completed, stalled, interrupted, failed), stop reason, duration
+    evals.csv       time_s, total_steps, total_samples, total_bytes, ps_ingress_bytes, loss, accuracy,
+                    messages_lost
     nodes.csv       one row per node: rank, role, index, compute_s, comm_s, wait_s, alive_s, steps, samples,
-                    messages_sent, bytes_sent, messages_recv, bytes_recv, crashed, crash_time_s
+                    messages_sent, bytes_sent, messages_lost, messages_recv, bytes_recv, crashed, crash_time_s
+    messages.csv    one row per node and message tag: rank, role, tag, messages_sent, bytes_sent,
+                    messages_lost, min_bytes, max_bytes (the smallest and largest message; tag ``all_reduce``
+                    counts a ring all-reduce's share, see ``edgeml.runtime.base``)
     series/*.csv    algorithm time series (time_s, rank, role, fields...): e.g. staleness, decisions
     summary.json    headline numbers (see ``summarize``)
+    error.txt       only when a node program raised: which node (role, index, rank), when, and the traceback
 
-``evals.csv`` is appended as the run goes, so a run that dies keeps what it measured.
+``evals.csv`` is appended as the run goes, so a run that dies keeps what it measured. A crashed node's
+``alive_s`` ends at its crash; a node process that died (killed, or exited on its own) counts as crashed.
 """
 
 from __future__ import annotations
@@ -19,19 +26,22 @@ import csv
 import json
 import math
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from edgeml.runtime.base import Counters, NodeInfo
+from edgeml.runtime.base import Counters, NodeInfo, TagCounters
 from edgeml.train import Evaluator, Job
 
 FORMAT_VERSION = 1
-EVAL_COLUMNS = ["time_s", "total_steps", "total_samples", "total_bytes", "ps_ingress_bytes", "loss", "accuracy"]
+EVAL_COLUMNS = ["time_s", "total_steps", "total_samples", "total_bytes", "ps_ingress_bytes", "loss", "accuracy",
+                "messages_lost"]
 NODE_COLUMNS = ["rank", "role", "index", "compute_s", "comm_s", "wait_s", "alive_s", "steps", "samples",
-                "messages_sent", "bytes_sent", "messages_recv", "bytes_recv", "crashed", "crash_time_s"]
+                "messages_sent", "bytes_sent", "messages_lost", "messages_recv", "bytes_recv", "crashed",
+                "crash_time_s"]
+TAG_COLUMNS = ["rank", "role", "tag", "messages_sent", "bytes_sent", "messages_lost", "min_bytes", "max_bytes"]
 
 
 @dataclass
@@ -39,7 +49,7 @@ class NodeReport:
     info: NodeInfo
     counters: Counters
     crashed_at: float | None = None
-    finished_at: float | None = None
+    tags: dict[str, TagCounters] = field(default_factory=dict)
 
 
 @dataclass
@@ -49,6 +59,7 @@ class Totals:
     bytes: int = 0
     ps_ingress: int = 0
     commits: int = 0
+    messages_lost: int = 0
 
     @staticmethod
     def of(reports: list[NodeReport]) -> "Totals":
@@ -58,6 +69,7 @@ class Totals:
             t.steps += c.steps
             t.samples += c.samples
             t.bytes += c.bytes_sent
+            t.messages_lost += c.messages_lost
             if r.info.role == "ps":
                 t.ps_ingress += c.bytes_recv
             if r.info.role == "worker":
@@ -92,7 +104,8 @@ class Monitor:
         else:
             loss, acc = math.nan, math.nan
         row = {"time_s": round(t, 6), "total_steps": totals.steps, "total_samples": totals.samples,
-               "total_bytes": totals.bytes, "ps_ingress_bytes": totals.ps_ingress, "loss": loss, "accuracy": acc}
+               "total_bytes": totals.bytes, "ps_ingress_bytes": totals.ps_ingress, "messages_lost": totals.messages_lost, "loss": loss, "accuracy": acc,
+               "messages_lost": totals.messages_lost}
         self.rows.append(row)
         if self.writer:
             self.writer.append_eval(row)
@@ -167,6 +180,13 @@ class RunWriter:
         tmp.write_text(json.dumps(self.meta, indent=2, default=str))
         tmp.replace(self.path / "meta.json")
 
+    def write_error(self, text: str) -> Path:
+        """Add a node's error report (who, when, traceback) to ``error.txt``; returns its path."""
+        path = self.path / "error.txt"
+        with open(path, "a") as f:
+            f.write(text.rstrip("\n") + "\n\n")
+        return path
+
     def append_eval(self, row: dict[str, Any]) -> None:
         self._eval_writer.writerow({k: _csv_value(row[k]) for k in EVAL_COLUMNS})
         self._evals.flush()
@@ -179,6 +199,12 @@ class RunWriter:
             w.writeheader()
             for r in sorted(reports, key=lambda r: r.info.rank):
                 w.writerow(node_row(r, duration))
+        with open(self.path / "messages.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=TAG_COLUMNS)
+            w.writeheader()
+            for r in sorted(reports, key=lambda r: r.info.rank):
+                for tag, t in sorted(r.tags.items()):
+                    w.writerow({"rank": r.info.rank, "role": r.info.role, "tag": tag, **asdict(t)})
         by_name: dict[str, list[dict]] = {}
         for name, row in series:
             by_name.setdefault(name, []).append(row)
@@ -215,6 +241,11 @@ def node_row(r: NodeReport, duration: float) -> dict[str, Any]:
         "crash_time_s": "" if r.crashed_at is None else round(r.crashed_at, 6)}
 
 
+def error_report(info: NodeInfo, t: float, trace: str) -> str:
+    """The ``error.txt`` entry of a node program that raised: who, when, and the full traceback."""
+    return f"{info.name} (rank {info.rank}) raised at t = {t:.6g} s on the run's clock\n{trace.rstrip()}"
+
+
 def time_to(evals: list[dict], key: str, target: float, below: bool) -> float | None:
     for row in evals:
         v = row[key]
@@ -241,7 +272,7 @@ def summarize(job: Job, reports: list[NodeReport], evals: list[dict], duration: 
         "final_accuracy": accs[-1] if accs else None, "best_accuracy": max(accs) if accs else None,
         "final_loss": losses[-1] if losses else None, "best_loss": min(losses) if losses else None,
         "total_steps": totals.steps, "total_samples": totals.samples, "total_commits": totals.commits,
-        "total_bytes": totals.bytes, "ps_ingress_bytes": totals.ps_ingress,
+        "total_bytes": totals.bytes, "ps_ingress_bytes": totals.ps_ingress, "messages_lost": totals.messages_lost,
         "compute_fraction": sum(r.counters.compute_s for r in workers) / alive,
         "comm_fraction": sum(r.counters.comm_s for r in workers) / alive,
         "wait_fraction": sum(r.counters.wait_s for r in workers) / alive,

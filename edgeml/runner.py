@@ -1,4 +1,9 @@
-"""Run one configuration end to end: job, backend, run directory. The command line and ``reproduce`` call this."""
+"""Run one configuration end to end: job, backend, run directory. The command line and ``reproduce`` call this.
+
+A failed run raises ``RuntimeError`` (the command line exits 1) after its run directory is complete; a node
+program's traceback is in ``error.txt`` there. With ``EDGEML_DEBUG=1`` a sim run re-raises the node's own
+exception instead and a procs run prints the traceback.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ import torch
 import edgeml
 from edgeml.config import Config
 from edgeml.errors import UserError
-from edgeml.metrics import Monitor, RunWriter
+from edgeml.metrics import Monitor, RunWriter, error_report
 from edgeml.train import Job, build_job
 
 
@@ -26,6 +31,10 @@ def git_sha() -> str:
         return out.stdout.strip() if out.returncode == 0 else ""
     except (OSError, subprocess.SubprocessError):
         return ""
+
+
+def debugging() -> bool:
+    return os.environ.get("EDGEML_DEBUG", "") not in ("", "0")
 
 
 def run_dir_for(cfg: Config) -> Path:
@@ -42,11 +51,23 @@ def meta_for(cfg: Config, job: Job, calibration: dict) -> dict:
         "edgeml_version": edgeml.__version__, "git_sha": git_sha(), "seed": cfg.run.seed,
         "algorithm": cfg.run.algorithm, "backend": cfg.run.backend, "host": socket.gethostname(),
         "user": getpass.getuser(), "platform": platform.platform(), "python": platform.python_version(),
-        "torch": torch.__version__, "cpus": os.cpu_count(), "model": job.model_name,
+        "torch": torch.__version__, "cpus": os.cpu_count(), "threads": cfg.run.threads, "model": job.model_name,
         "num_params": int(job.init_params.numel()), "started": datetime.now(timezone.utc).isoformat(),
         "calibration": calibration, "base_step_s": job.base_step_s,
         "step_factors": job.cluster.factors,
     }
+
+
+def check_capacity(cfg: Config, nodes: int, cores: int) -> None:
+    """Refuse a procs run of more node processes than ``run.max_procs_per_core`` per core of this host."""
+    per_core = cfg.run.max_procs_per_core
+    if per_core < 1:
+        raise UserError(f"run.max_procs_per_core = {per_core}: must be >= 1")
+    if nodes > per_core * cores:
+        raise UserError(f"{cfg.run.algorithm} with {cfg.cluster.workers} workers needs {nodes} node processes, "
+                        f"more than run.max_procs_per_core = {per_core} per core allows on this host's {cores} "
+                        f"cores: use --backend sim (any number of nodes on a virtual clock), fewer workers, or "
+                        f"raise run.max_procs_per_core")
 
 
 def run(cfg: Config, *, quiet: bool = True, path: Path | None = None) -> Path:
@@ -56,28 +77,40 @@ def run(cfg: Config, *, quiet: bool = True, path: Path | None = None) -> Path:
     spec = get_algorithm(cfg.run.algorithm)
     if cfg.run.device == "cuda" and not torch.cuda.is_available():
         raise UserError("run.device = cuda but no CUDA device is visible: use --device cpu")
-    path = path or run_dir_for(cfg)
-    if cfg.run.backend == "procs":
-        from edgeml.runtime import procs
+    nodes = len(spec.nodes(cfg))
+    if cfg.run.backend == "sim":
+        return _run_sim(cfg, spec, path or run_dir_for(cfg), quiet)
 
-        if procs.launched_by_torchrun():
-            return procs.run_torchrun(cfg, spec, path, quiet=quiet)
-        job = build_job(cfg, base_step_s=0.0)
-        calibration = procs.calibrate(job)
-        job.base_step_s = calibration["base_step_s"]
-    else:
-        job = build_job(cfg)
-        calibration = {"virtual": True, "base_step_s": job.base_step_s}
-    writer = RunWriter(path, cfg.to_dict(), meta_for(cfg, job, calibration))
-    if cfg.run.backend == "procs":
-        writer.close()
-        status, reason = procs.run_local(job, path, quiet)
-        if not quiet:
-            _print_outcome(path, status, reason)
-    else:
-        status, reason = _run_sim(job, spec, writer, quiet)
+    from edgeml.runtime import procs
+
+    torchrun = procs.launched_by_torchrun()
+    if torchrun:
+        procs.check_world(cfg, nodes)
+    path = path or run_dir_for(cfg)
+    job = build_job(cfg, base_step_s=0.0)  # refuses impossible data settings first
+    if not torchrun:
+        check_capacity(cfg, nodes, procs.host_cores())
+    if torchrun and not procs.torchrun_is_monitor():
+        procs.torchrun_node(job)  # does not return
+    calibration = procs.calibrate(job)
+    job.base_step_s = calibration["base_step_s"]
+    RunWriter(path, cfg.to_dict(), meta_for(cfg, job, calibration)).close()
+    status, reason = procs.torchrun_monitor(job, path, quiet) if torchrun else procs.run_local(job, path, quiet)
+    return _outcome(path, status, reason, quiet)
+
+
+def _outcome(path: Path, status: str, reason: str, quiet: bool) -> Path:
+    """Tell the user how the run ended; raise for a failed or interrupted one."""
+    if not quiet:
+        _print_outcome(path, status, reason)
+    error = path / "error.txt"
     if status == "failed":
-        raise RuntimeError(f"run failed: {reason} (partial results in {path})")
+        if error.exists() and debugging():
+            import sys
+
+            print(error.read_text(), file=sys.stderr)
+        where = f"traceback in {error}; " if error.exists() else ""
+        raise RuntimeError(f"run failed: {reason} ({where}partial results in {path})")
     if status == "interrupted":
         raise KeyboardInterrupt
     return path
@@ -87,27 +120,39 @@ def _print_outcome(path: Path, status: str, reason: str) -> None:
     import json
 
     from rich.console import Console
+    from rich.text import Text
 
     s = json.loads((path / "summary.json").read_text()) if (path / "summary.json").exists() else {}
     acc = s.get("final_accuracy")
     tail = f": accuracy {acc:.4f} after {s.get('total_steps')} steps" if acc is not None else ""
-    Console(stderr=True).print(f"[bold]{status}[/bold] ({reason}){tail}")
+    # the reason may quote an error text with [brackets]: print it literally, never as console markup
+    Console(stderr=True).print(Text.assemble((status, "bold"), f" ({reason}){tail}"))
 
 
-def _run_sim(job: Job, spec, writer: RunWriter, quiet: bool) -> tuple[str, str]:
+def _run_sim(cfg: Config, spec, path: Path, quiet: bool) -> Path:
     from edgeml.progress import RunProgress
     from edgeml.runtime.sim import Kernel
 
-    progress = RunProgress(job.cfg, quiet=quiet)
-    monitor = Monitor(job, writer, on_row=progress.update)
-    kernel = Kernel(job, spec.nodes(job.cfg), monitor)
-    status, reason = "failed", "interrupted before start"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(cfg.run.threads)  # results depend on it: never on what ran before in this process
     try:
-        with progress:
-            status, reason = kernel.run()
+        job = build_job(cfg)
+        writer = RunWriter(path, cfg.to_dict(), meta_for(cfg, job, {"virtual": True, "base_step_s": job.base_step_s}))
+        progress = RunProgress(cfg, quiet=quiet)
+        monitor = Monitor(job, writer, on_row=progress.update)
+        kernel = Kernel(job, spec.nodes(cfg), monitor)
+        status, reason = "failed", "interrupted before start"
+        try:
+            with progress:
+                status, reason = kernel.run()
+        finally:
+            if kernel.error:
+                info, _, trace = kernel.error
+                writer.write_error(error_report(info, kernel.now, trace))
+            writer.finish(kernel.reports(), [row for n in kernel.nodes.values() for row in n.series], monitor.rows,
+                          kernel.now, status, reason, job)
     finally:
-        writer.finish(kernel.reports(), [row for n in kernel.nodes.values() for row in n.series], monitor.rows,
-                      kernel.now, status, reason, job)
-    if not quiet:
-        _print_outcome(writer.path, status, reason)
-    return status, reason
+        torch.set_num_threads(threads)
+    if kernel.error and debugging():
+        raise kernel.error[1]
+    return _outcome(writer.path, status, reason, quiet)

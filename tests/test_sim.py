@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import math
+import json
 
 import pandas as pd
 import pytest
@@ -136,9 +136,11 @@ def test_crash_schedule_and_probability():
 
 
 def test_stopping_rules():
+    # a step budget bounds the run, so a target that is never reached fails the test instead of hanging it
     _, mon, _, reason = simulate("run.algorithm='asp'", "cluster.workers=2", "stop.max_time=0",
-                                 "stop.target_accuracy=0.8")
-    assert reason.startswith("target accuracy") and mon.rows[-2]["accuracy"] >= 0.8 or mon.rows[-1]["accuracy"] >= 0.8
+                                 "stop.target_accuracy=0.8", "stop.max_steps=20000")
+    assert reason.startswith("target accuracy")
+    assert mon.rows[-1]["accuracy"] >= 0.8 and all(r["accuracy"] < 0.8 for r in mon.rows[:-1])
     kernel, _, _, reason = simulate("run.algorithm='asp'", "cluster.workers=2", "stop.max_time=0",
                                     "stop.max_steps=37")
     assert reason.startswith("step budget") and kernel.total_steps == 37
@@ -184,3 +186,47 @@ def test_all_reduce_timeout_and_messages(probe_algorithm):
     assert all(r["got"] and r["value"] == pytest.approx(0.25) for r in timeouts)
     hello = next(r for r in rows if r["what"] == "hello")
     assert hello["value"] == 3 + 7 and hello["nbytes"] == 3 * 8 + 8
+
+
+def test_sim_results_do_not_depend_on_the_thread_count_left_by_what_ran_before(tmp_path):
+    args = ["run.algorithm='asp'", "run.backend='sim'", "cluster.workers=2", "stop.max_time=0.5",
+            "eval.interval=0.1", f"run.out='{tmp_path}'"]
+    ambient = torch.get_num_threads()
+    a = run(load_config(overrides=[*args, "run.name='a'"]))
+    assert torch.get_num_threads() == ambient  # restored after the run
+    torch.set_num_threads(2)
+    try:
+        b = run(load_config(overrides=[*args, "run.name='b'"]))
+        assert torch.get_num_threads() == 2
+        two = run(load_config(overrides=[*args, "run.name='two'", "run.threads=2"]))
+    finally:
+        torch.set_num_threads(ambient)
+    assert (a / "evals.csv").read_bytes() == (b / "evals.csv").read_bytes()
+    # the thread count does change results (which is why the run sets its own): the test can tell
+    assert (a / "evals.csv").read_bytes() != (two / "evals.csv").read_bytes()
+    assert json.loads((a / "meta.json").read_text())["threads"] == 1
+
+
+def test_calibration_leaves_the_launchers_thread_count_alone():
+    from edgeml.runtime.procs import calibrate
+
+    ambient = torch.get_num_threads()
+    job = build_job(load_config(overrides=["run.threads=2"]), base_step_s=0.0)
+    torch.set_num_threads(1)
+    try:
+        calibrate(job)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(ambient)
+
+
+def test_too_many_procs_nodes_for_the_host_are_refused_before_anything_is_written(tmp_path):
+    from edgeml.errors import UserError
+    from edgeml.runtime.procs import host_cores
+
+    workers = 2 * host_cores()  # 1 PS + 2c workers > 1 per core
+    cfg = load_config(overrides=["run.algorithm='asp'", f"cluster.workers={workers}", "run.max_procs_per_core=1",
+                                 f"run.out='{tmp_path / 'runs'}'"])
+    with pytest.raises(UserError, match=f"needs {workers + 1} node processes, .*use --backend sim"):
+        run(cfg)
+    assert not (tmp_path / "runs").exists()

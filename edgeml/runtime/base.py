@@ -1,4 +1,4 @@
-"""The runtime interface every node program is written against.
+"""The runtime interface every node program is written against, and the message path both backends share.
 
 A node program is a plain function ``program(node: Node) -> None`` that loops forever; the run ends it by
 raising ``StopRun`` out of whichever runtime call it is blocked in (so programs need no stopping logic).
@@ -7,21 +7,44 @@ The interface is deliberately small, and shaped like the papers' pseudocode:
 - ``compute(fn)``: one training step on this node's device. The step's *duration* comes from the device
   model (virtual in ``sim``, throttled wall time in ``procs``), never from the algorithm.
 - ``send(dst, tag, **data)`` / ``recv(src=None, tag=None, timeout=None)``: point-to-point messages whose
-  payload is tensors and scalars. Their delay follows the link model; their size is counted exactly.
-- ``all_reduce(tensor, role)``: a sum over all live nodes of a role (ESync, SSGD).
+  payload is tensors and scalars. ``push`` is a ``send`` marked as a failure point (``cluster.crash_prob``).
+- ``all_reduce(tensor, role, mean=False)``: a sum (or mean) over the live nodes of a role (ESync, SSGD).
 - ``now()``, ``sleep(seconds)``: the run's clock (seconds since start, wall or virtual).
+- ``alive(rank)``: whether a node is alive as far as this node knows (see "Faults").
 - ``expose(params)``: the tensor that holds this node's view of the global model; the monitor evaluates it
   (averaging over nodes that expose one) without the algorithm's involvement, and without charging the
   node's clock.
 - ``log(series, **fields)``: a row of an algorithm-specific time series (staleness, decisions, ...).
 - ``rng``: this node's seeded ``random.Random`` (random peers, random waits).
 
-Accounting shared by both backends lives here: compute / communication / waiting time, steps, messages and
-bytes. Blocked time in ``recv`` is split into communication (the delivered message's own time in flight) and
-waiting (the rest).
+**One message path.** A message's fate is decided here, once, in ``Node.send``: its arrival time (the link
+model of ``hetero.Cluster.message_delay`` behind the sender's uplink, which transmits one message at a time),
+whether it is lost (the destination is dead when it would arrive), and its bytes. A backend only delivers a
+message at its arrival time (``sim`` schedules an event, ``procs`` has the receiver hold it until then) and
+waits. Wire size of a message: the bytes of its tensors plus 8 bytes per scalar (int, float or bool). Tags
+and the transport's framing are not counted, so byte counts match the papers' accounting.
 
-Wire size of a message: the bytes of its tensors plus 8 bytes per scalar (int, float or bool). Tags and the
-transport's framing are not counted, so byte counts match the papers' accounting and can be checked by hand.
+**Faults.** A node is dead once it crashed (crash schedule, ``crash_prob`` after a push) or its program
+ended. A message to a dead node is dropped and counted in the sender's ``messages_lost``, never an error:
+one whose destination is known dead at its arrival time (known deaths and the crash schedule, which every
+node knows in advance) is dropped at the sender; one whose destination dies while it is in flight is dropped
+on arrival and counted for its sender too. ``sim`` knows every death at once; in ``procs`` a node learns of a
+death from the message it was pushing when it failed, from the monitor's notice to every node (a few
+milliseconds) or from a failed connection.
+
+**all_reduce** sums over the members of the role that are alive when the last of them joins, in rank order
+(so ``sim`` is deterministic), and returns the sum (or the mean over those members). Its duration is the
+ring all-reduce model ``Cluster.all_reduce_time`` among them, and each member is charged what a ring moves:
+2(n-1) messages and 2(n-1)/n x size bytes (rounded down) sent, the same received. A member that dies while
+waiting is left out; a crash never blocks the others.
+
+**Evaluation** (the monitor's) averages the models of the exposing nodes that have not crashed; the run's
+final row averages every node that ever exposed, a crashed node with the model it held when it failed.
+
+Accounting shared by both backends: compute / communication / waiting time, steps, messages (sent, lost,
+received) and bytes, per node and per message tag. Blocked time in ``recv`` is split into communication (the
+delivered message's own time in flight, and this node's last message's) and waiting (the rest); time still
+blocked when the run ends counts as waiting, and a step cut short by the end counts as compute.
 """
 
 from __future__ import annotations
@@ -29,8 +52,6 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
-
-import torch
 
 T = TypeVar("T")
 
@@ -49,13 +70,18 @@ def payload_nbytes(data: dict[str, Any]) -> int:
     """Wire size of a payload: tensor bytes plus 8 bytes per scalar."""
     n = 0
     for value in data.values():
-        if isinstance(value, torch.Tensor):
-            n += value.numel() * value.element_size()
-        elif isinstance(value, (int, float, bool)):
+        if isinstance(value, (int, float, bool)):
             n += SCALAR_BYTES
+        elif hasattr(value, "element_size"):  # a tensor (duck-typed: this module does not import torch)
+            n += value.numel() * value.element_size()
         else:
             raise TypeError(f"message payload values must be tensors or scalars, got {type(value).__name__}")
     return n
+
+
+def ring_traffic(n: int, nbytes: int) -> tuple[int, int]:
+    """(messages, bytes) each of ``n`` members sends (and receives) in a ring all-reduce of ``nbytes``."""
+    return (2 * (n - 1), 2 * (n - 1) * nbytes // n) if n > 1 else (0, 0)
 
 
 @dataclass
@@ -65,10 +91,15 @@ class Message:
     data: dict[str, Any]
     nbytes: int
     sent_at: float = 0.0
-    flight_s: float = 0.0
-    """Time the message spent between leaving the sender's program and arriving (communication)."""
+    arrive_at: float = 0.0
+    """When it reaches the destination under the link model (run clock; the backend delivers it then)."""
     meta: dict[str, Any] = field(default_factory=dict)
     """Transport metadata (never counted as payload)."""
+
+    @property
+    def flight_s(self) -> float:
+        """Time between leaving the sender's program and arriving (communication)."""
+        return self.arrive_at - self.sent_at
 
     def __getitem__(self, key: str) -> Any:
         return self.data[key]
@@ -83,8 +114,29 @@ class Counters:
     samples: int = 0
     messages_sent: int = 0
     bytes_sent: int = 0
+    messages_lost: int = 0
+    """Messages this node sent that were never delivered (the destination was dead)."""
     messages_recv: int = 0
     bytes_recv: int = 0
+
+
+@dataclass
+class TagCounters:
+    """What a node sent under one message tag (``all_reduce`` for its all-reduces)."""
+
+    messages_sent: int = 0
+    bytes_sent: int = 0
+    messages_lost: int = 0
+    min_bytes: int = 0
+    max_bytes: int = 0
+
+    def add(self, messages: int, nbytes: int, lost: bool = False) -> None:
+        size = nbytes // messages if messages else 0
+        self.min_bytes = min(self.min_bytes, size) if self.messages_sent else size
+        self.max_bytes = max(self.max_bytes, size)
+        self.messages_sent += messages
+        self.bytes_sent += nbytes
+        self.messages_lost += messages if lost else 0
 
 
 @dataclass
@@ -94,25 +146,71 @@ class NodeInfo:
     index: int
     """Index among nodes of the same role (worker i is device i of the heterogeneity profile)."""
 
+    @property
+    def name(self) -> str:
+        return f"{self.role} {self.index}"
+
 
 @dataclass
+class Layout:
+    """Who is who in a run: ranks of each role and each node's identity (rank 0 is the monitor)."""
+
+    roles: dict[str, list[int]]
+    infos: dict[int, NodeInfo]
+
+
+def layout(programs: list[tuple[str, Any]]) -> Layout:
+    """The layout of programs listed in rank order from rank 1."""
+    roles: dict[str, list[int]] = {}
+    for rank, (role, _) in enumerate(programs, start=1):
+        roles.setdefault(role, []).append(rank)
+    infos = {r: NodeInfo(r, role, roles[role].index(r)) for r, (role, _) in enumerate(programs, start=1)}
+    return Layout(roles, infos)
+
+
+def matches(msg: Message, src: int | None, tag: str | None) -> bool:
+    return (src is None or msg.src == src) and (tag is None or msg.tag == tag)
+
+
+def describe_blocked(blocked: list[tuple[NodeInfo, str]], limit: int = 6) -> str:
+    """``ps 0 in recv(tag='push'); worker 0, worker 2 in recv(src=ps 0, tag='model')``: who waits for what."""
+    groups: dict[str, list[str]] = {}
+    for info, what in blocked:
+        groups.setdefault(what, []).append(info.name)
+    parts = []
+    for what, names in groups.items():
+        more = f" and {len(names) - limit} more" if len(names) > limit else ""
+        parts.append(f"{', '.join(names[:limit])}{more} in {what}")
+    return "; ".join(parts)
+
+
 class Node:
     """Backend-independent part of a node. Backends subclass it and implement the ``_``-prefixed hooks."""
 
-    info: NodeInfo
-    roles: dict[str, list[int]]
-    job: Any
-    """The run's shared job (config, data, initial model; see ``edgeml.train.Job``)."""
-    counters: Counters = field(default_factory=Counters)
-    series: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    exposed: torch.Tensor | None = None
-    crashed_at: float | None = None
-    send_horizon: float = 0.0
-    """When the last message this node sent arrives (its in-flight time counts as communication)."""
-
-    def __post_init__(self) -> None:
-        self._crash_rng = random.Random(f"{self.job.cfg.run.seed}/crash/{self.info.rank}")
-        self.rng = random.Random(f"{self.job.cfg.run.seed}/node/{self.info.rank}")
+    def __init__(self, rank: int, lay: Layout, job: Any, dead: set[int]):
+        self.info = lay.infos[rank]
+        self.layout = lay
+        self.job = job
+        """The run's shared job (config, data, initial model; see ``edgeml.train.Job``)."""
+        self.dead = dead
+        """Ranks this node knows to be dead (the backend keeps it current)."""
+        self.counters = Counters()
+        self.tags: dict[str, TagCounters] = {}
+        self.series: list[tuple[str, dict[str, Any]]] = []
+        self.exposed = None
+        self.crashed_at: float | None = None
+        self.blocked_on: tuple | None = None
+        """What this node waits for while blocked with no timeout: ("recv", src, tag) or ("all_reduce", role)."""
+        self.send_horizon = 0.0
+        """When the last message this node sent arrives (its in-flight time counts as communication)."""
+        self.up_busy = 0.0
+        """When this node's uplink has sent everything handed to it."""
+        workers = lay.roles.get("worker", [])
+        self.crash_schedule = {workers[w]: t for w, t in job.cluster.crash_times.items()}
+        """Rank -> scheduled crash time: known to every node in advance."""
+        seed = job.cfg.run.seed
+        self._crash_rng = random.Random(f"{seed}/crash/{rank}")
+        self.rng = random.Random(f"{seed}/node/{rank}")
         """This node's own random numbers (random peers, random waits): seeded, so ``sim`` stays deterministic."""
 
     # ------------------------------------------------------------------ identity
@@ -129,6 +227,10 @@ class Node:
         return self.info.index
 
     @property
+    def roles(self) -> dict[str, list[int]]:
+        return self.layout.roles
+
+    @property
     def cfg(self):
         return self.job.cfg
 
@@ -137,15 +239,35 @@ class Node:
         return self.job.cfg.algo
 
     def ranks(self, role: str) -> list[int]:
-        return list(self.roles.get(role, []))
+        return list(self.layout.roles.get(role, []))
 
     def worker_index(self, rank: int) -> int | None:
-        workers = self.roles.get("worker", [])
-        return workers.index(rank) if rank in workers else None
+        info = self.layout.infos.get(rank)
+        return info.index if info is not None and info.role == "worker" else None
+
+    def name(self, rank: int) -> str:
+        return self.layout.infos[rank].name if rank in self.layout.infos else f"rank {rank}"
 
     @property
     def is_worker(self) -> bool:
         return self.info.role == "worker"
+
+    def waiting_for(self) -> str | None:
+        """``recv(src=ps 0, tag='model')`` or ``all_reduce('worker')``: what this node is blocked in, if anything."""
+        if self.blocked_on is None:
+            return None
+        if self.blocked_on[0] == "all_reduce":
+            return f"all_reduce({self.blocked_on[1]!r})"
+        _, src, tag = self.blocked_on
+        where = ([f"src={self.name(src)}"] if src is not None else []) + ([f"tag={tag!r}"] if tag is not None else [])
+        return f"recv({', '.join(where)})"
+
+    def alive(self, rank: int, at: float | None = None) -> bool:
+        """Whether node ``rank`` is alive (at time ``at``, default now) as far as this node knows."""
+        if rank in self.dead:
+            return False
+        crash = self.crash_schedule.get(rank)
+        return crash is None or crash > (self.now() if at is None else at)
 
     # ------------------------------------------------------------------ clock
     def now(self) -> float:
@@ -157,8 +279,13 @@ class Node:
     # ------------------------------------------------------------------ compute
     def compute(self, fn: Callable[[], T], *, samples: int = 0) -> T:
         """Run one training step ``fn`` on this node's device; its duration follows the device model."""
-        result, duration = self._compute(fn)
+        t0 = self.now()
         c = self.counters
+        try:
+            result, duration = self._compute(fn)
+        except StopRun:
+            c.compute_s += self.now() - t0  # a step cut short by the end of the run or a crash
+            raise
         c.compute_s += duration
         c.steps += 1
         c.samples += samples
@@ -168,9 +295,6 @@ class Node:
         """Emulated duration of one step of this device at the current time."""
         factor = self.job.cluster.step_factor(self.index, self.now()) if self.is_worker else 1.0
         return self.job.base_step_s * factor
-
-    def _compute(self, fn: Callable[[], T]) -> tuple[T, float]:
-        raise NotImplementedError
 
     # ------------------------------------------------------------------ messages
     def send(self, dst: int, tag: str, **data: Any) -> int:
@@ -183,23 +307,50 @@ class Node:
         return self._send(dst, tag, data, failure_point=True)
 
     def _send(self, dst: int, tag: str, data: dict[str, Any], failure_point: bool) -> int:
+        self._check()
         nbytes = payload_nbytes(data)
-        t0 = self.now()
-        self.send_horizon = max(self.send_horizon, self._post(dst, tag, data, nbytes))
-        self.counters.comm_s += self.now() - t0  # handing the message over (zero on the virtual clock)
-        self.counters.messages_sent += 1
-        self.counters.bytes_sent += nbytes
         p = self.job.cluster.crash_prob
-        if failure_point and self.is_worker and p > 0 and self._crash_rng.random() < p:
+        fails = failure_point and p > 0 and self.is_worker and self._crash_rng.random() < p
+        t = self.now()
+        tx, flight = self.job.cluster.message_delay(self.worker_index(self.rank), self.worker_index(dst), nbytes)
+        start = max(t, self.up_busy)  # the uplink sends one message at a time, lost or not
+        self.up_busy = start + tx
+        arrive = start + tx + flight
+        self.send_horizon = max(self.send_horizon, arrive)
+        msg = Message(self.rank, tag, data, nbytes, sent_at=t, arrive_at=arrive)
+        delivered = self.alive(dst, arrive) and self._deliver(dst, msg, last=fails)
+        c = self.counters
+        c.messages_sent += 1
+        c.bytes_sent += nbytes
+        if not delivered:
+            c.messages_lost += 1
+        self._tag(tag).add(1, nbytes, lost=not delivered)
+        c.comm_s += self.now() - t  # handing the message over (zero on the virtual clock)
+        if fails:
             self.crashed_at = self.now()
             raise NodeCrashed(f"worker {self.index} failed after a push (p = {p})")
         return nbytes
 
     def recv(self, src: int | None = None, tag: str | None = None, timeout: float | None = None) -> Message | None:
         """Next message (optionally from ``src`` with ``tag``); ``None`` once ``timeout`` seconds pass."""
-        msg, blocked = self._await(src, tag, timeout)
+        t0 = self.now()
+        if timeout is None:
+            self.blocked_on = ("recv", src, tag)
+        msg = None
+        try:
+            msg = self._await(src, tag, timeout)
+        finally:
+            self.blocked_on = None
+            self._account_blocked(t0, msg)
+        if msg is None:
+            return None
+        self.counters.messages_recv += 1
+        self.counters.bytes_recv += msg.nbytes
+        return msg
+
+    def _account_blocked(self, t0: float, msg: Message | None) -> None:
         t1 = self.now()
-        t0 = t1 - blocked
+        blocked = t1 - t0
         # communication: while our own last message was still in flight, or the awaited one was
         outgoing = (t0, min(t1, max(t0, self.send_horizon)))
         incoming = (max(t0, t1 - msg.flight_s), t1) if msg is not None else (t1, t1)
@@ -207,51 +358,68 @@ class Node:
         comm = min(blocked, (outgoing[1] - outgoing[0]) + (incoming[1] - incoming[0]) - overlap)
         self.counters.comm_s += comm
         self.counters.wait_s += blocked - comm
-        if msg is None:
-            return None
-        self.counters.messages_recv += 1
-        self.counters.bytes_recv += msg.nbytes
-        return msg
 
-    def all_reduce(self, tensor: torch.Tensor, role: str = "worker") -> torch.Tensor:
-        """Sum ``tensor`` in place over all nodes of ``role``; returns it."""
-        comm, wait = self._all_reduce(tensor, role)
-        nbytes = tensor.numel() * tensor.element_size()
-        self.counters.comm_s += comm
-        self.counters.wait_s += wait
-        self.counters.bytes_sent += nbytes
-        self.counters.bytes_recv += nbytes
+    def all_reduce(self, tensor, role: str = "worker", *, mean: bool = False):
+        """Sum ``tensor`` in place over the live nodes of ``role`` (this node among them), or average it with
+        ``mean``; returns it."""
+        if self.role != role:
+            raise ValueError(f"{self.info.name} cannot join an all_reduce of role {role!r}: only its members can")
+        t0 = self.now()
+        self.blocked_on = ("all_reduce", role)
+        try:
+            members, complete_at = self._all_reduce(tensor, role)
+        except StopRun:
+            self.counters.wait_s += self.now() - t0
+            raise
+        finally:
+            self.blocked_on = None
+        c = self.counters
+        c.wait_s += complete_at - t0
+        c.comm_s += self.now() - complete_at
+        messages, nbytes = ring_traffic(members, tensor.numel() * tensor.element_size())
+        c.messages_sent += messages
+        c.bytes_sent += nbytes
+        c.messages_recv += messages
+        c.bytes_recv += nbytes
+        self._tag("all_reduce").add(messages, nbytes)
+        if mean:
+            tensor.div_(members)
         return tensor
 
-    def _post(self, dst: int, tag: str, data: dict[str, Any], nbytes: int) -> float:
-        """Hand the message to the transport; return its arrival time on this node's clock."""
+    def _tag(self, tag: str) -> TagCounters:
+        t = self.tags.get(tag)
+        if t is None:
+            t = self.tags[tag] = TagCounters()
+        return t
+
+    # ------------------------------------------------------------------ backend hooks
+    def _check(self) -> None:
+        """Raise ``StopRun`` (or ``NodeCrashed``) when the run, or this node, is over; backend housekeeping."""
         raise NotImplementedError
 
-    def _await(self, src: int | None, tag: str | None, timeout: float | None) -> tuple[Message | None, float]:
+    def _compute(self, fn: Callable[[], T]) -> tuple[T, float]:
+        """Run ``fn`` and take the step's modelled duration; returns (result, duration)."""
         raise NotImplementedError
 
-    def _all_reduce(self, tensor: torch.Tensor, role: str) -> tuple[float, float]:
+    def _deliver(self, dst: int, msg: Message, last: bool) -> bool:
+        """Deliver ``msg`` to ``dst`` at ``msg.arrive_at``; False if it cannot reach ``dst`` (dead). ``last``:
+        this node fails right after this message, which tells the receiver so."""
+        raise NotImplementedError
+
+    def _await(self, src: int | None, tag: str | None, timeout: float | None) -> Message | None:
+        """The next deliverable matching message, waiting at most ``timeout`` seconds (None: forever)."""
+        raise NotImplementedError
+
+    def _all_reduce(self, tensor, role: str) -> tuple[int, float]:
+        """Sum ``tensor`` in place over the live members of ``role`` and spend the modelled reduction time;
+        returns (number of members summed, time the last of them joined)."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------ observation
-    def expose(self, params: torch.Tensor) -> None:
+    def expose(self, params) -> None:
         """Declare ``params`` as this node's copy of the global model, for evaluation."""
         self.exposed = params
 
     def log(self, series: str, **fields: Any) -> None:
         """Append a row to the time series ``series`` (written to ``series/<series>.csv``)."""
         self.series.append((series, {"time_s": self.now(), "rank": self.rank, "role": self.role, **fields}))
-
-
-def layout(programs: list[tuple[str, Any]]) -> tuple[dict[str, list[int]], dict[int, NodeInfo]]:
-    """Ranks of each role and each node's identity, for programs listed in rank order from rank 1
-    (rank 0 is the monitor)."""
-    roles: dict[str, list[int]] = {}
-    for rank, (role, _) in enumerate(programs, start=1):
-        roles.setdefault(role, []).append(rank)
-    infos = {r: NodeInfo(r, role, roles[role].index(r)) for r, (role, _) in enumerate(programs, start=1)}
-    return roles, infos
-
-
-def matches(msg: Message, src: int | None, tag: str | None) -> bool:
-    return (src is None or msg.src == src) and (tag is None or msg.tag == tag)

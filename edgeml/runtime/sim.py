@@ -6,9 +6,13 @@ kernel switches to the node whose event is next, and the node switches back when
 between OS threads costs a hundred or more, so the event loop runs nearly at the speed of the training it
 drives. Torch's grad mode is per thread, so each node saves and restores its own across a switch. The
 training computation itself is real (the same ``Trainer`` code as ``procs``); only its *duration* is virtual,
-taken from the device model, and a message's delay from the link model. Events at equal times run in the
-order they were scheduled, so a seed gives bit-identical metrics. Hundreds of workers fit on a small machine
-because they take turns.
+taken from the device model, and a message's delay from the link model (decided in ``Node.send``). Events at
+equal times run in the order they were scheduled, so a seed gives bit-identical metrics. Hundreds of workers
+fit on a small machine because they take turns.
+
+A run ends by a stopping rule, when every node has finished, or *stalled*: when no node can make progress
+(every live node waits in a ``recv`` without timeout or an ``all_reduce``, and no message, reduction or
+scheduled crash is pending), which the kernel knows exactly from two counters.
 """
 
 from __future__ import annotations
@@ -23,21 +27,23 @@ import greenlet
 import torch
 
 from edgeml.metrics import Monitor, NodeReport, Totals
-from edgeml.runtime.base import Message, Node, NodeCrashed, NodeInfo, StopRun, layout, matches
+from edgeml.runtime.base import (Layout, Message, Node, NodeCrashed, StopRun, describe_blocked, layout,
+                                 matches)
 
 
 class SimNode(Node):
-    def __init__(self, kernel: "Kernel", info: NodeInfo, roles: dict[str, list[int]], job: Any, program: Callable):
-        super().__init__(info, roles, job)
+    def __init__(self, kernel: "Kernel", rank: int, lay: Layout, job: Any, program: Callable):
+        super().__init__(rank, lay, job, kernel.dead)
         self.kernel = kernel
         self.program = program
         self.mailbox: deque[Message] = deque()
         self.waiting: tuple[int | None, str | None] | None = None
-        self.token: object | None = object()
+        self.token: object | None = None
+        """Identifies this node's one valid pending wake-up (None: none; older wake-ups are stale)."""
         self.wake_msg: Message | None = None
+        self.reduced: tuple[int, float] | None = None
         self.kill: BaseException | None = None
         self.done = False
-        self.up_busy = 0.0
         self.glet: greenlet.greenlet | None = None  # made by Kernel.run, whose greenlet is its parent
 
     # ---------------------------------------------------------------- coroutine plumbing
@@ -57,13 +63,25 @@ class SimNode(Node):
             self.kernel.error = (self.info, exc, traceback.format_exc())
         finally:
             self.done = True
-            self.token = None
+            self.disarm()
             self.kernel.on_node_done(self)
         # returning switches back to the kernel (the greenlet's parent)
 
     def _check(self) -> None:
         if self.kill is not None:
             raise self.kill
+
+    def arm(self, t: float) -> None:
+        """Wake this node at time ``t`` (replacing any other pending wake-up)."""
+        if self.token is None:
+            self.kernel.timers += 1
+        self.token = tok = object()
+        self.kernel.schedule(t, self.kernel.wake, self, tok)
+
+    def disarm(self) -> None:
+        if self.token is not None:
+            self.kernel.timers -= 1
+            self.token = None
 
     def _block(self) -> None:
         """Switch back to the kernel until an event wakes this node."""
@@ -73,8 +91,7 @@ class SimNode(Node):
         self._check()
 
     def _wait_until(self, t: float) -> None:
-        self.token = tok = object()
-        self.kernel.schedule(t, self.kernel.wake, self, tok)
+        self.arm(t)
         self._block()
 
     # ---------------------------------------------------------------- runtime interface
@@ -93,49 +110,41 @@ class SimNode(Node):
         self.kernel.total_steps += 1
         return result, duration
 
-    def _post(self, dst: int, tag: str, data: dict[str, Any], nbytes: int) -> float:
-        self._check()
-        k = self.kernel
+    def _deliver(self, dst: int, msg: Message, last: bool) -> bool:
         # a message is a copy in host memory, as on a real wire
-        data = {key: (v.detach().to("cpu", copy=True) if isinstance(v, torch.Tensor) else v)
-                for key, v in data.items()}
-        tx, flight = self.job.cluster.message_delay(self.worker_index(self.rank), self.worker_index(dst), nbytes)
-        start = max(k.now, self.up_busy)
-        self.up_busy = start + tx
-        arrive = start + tx + flight
-        msg = Message(self.rank, tag, data, nbytes, sent_at=k.now, flight_s=arrive - k.now)
-        k.schedule(arrive, k.deliver, dst, msg)
-        return arrive
+        msg.data = {key: (v.detach().to("cpu", copy=True) if isinstance(v, torch.Tensor) else v)
+                    for key, v in msg.data.items()}
+        self.kernel.schedule(msg.arrive_at, self.kernel.deliver, dst, msg, pending=True)
+        return True
 
     def _await(self, src, tag, timeout):
         self._check()
         for i, msg in enumerate(self.mailbox):
             if matches(msg, src, tag):
                 del self.mailbox[i]
-                return msg, 0.0
+                return msg
         if timeout is not None and timeout <= 0:
-            return None, 0.0
-        t0 = self.kernel.now
+            return None
         self.waiting = (src, tag)
         self.wake_msg = None
-        self.token = tok = object()
         if timeout is not None:
-            self.kernel.schedule(t0 + timeout, self.kernel.wake, self, tok)
-        self._block()
-        self.waiting = None
+            self.arm(self.kernel.now + timeout)
+        try:
+            self._block()
+        finally:
+            self.waiting = None
         msg, self.wake_msg = self.wake_msg, None
-        return msg, self.kernel.now - t0
+        return msg
 
-    def _all_reduce(self, tensor: torch.Tensor, role: str) -> tuple[float, float]:
+    def _all_reduce(self, tensor: torch.Tensor, role: str) -> tuple[int, float]:
         self._check()
         k = self.kernel
-        group = k.groups.setdefault(role, {})
-        t0 = k.now
-        group[self.rank] = tensor
-        self.token = object()
+        k.groups.setdefault(role, {})[self.rank] = tensor
+        self.reduced = None
         k.try_reduce(role)
         self._block()
-        return k.last_reduce_s[role], k.now - t0 - k.last_reduce_s[role]
+        members, complete_at = self.reduced
+        return members, complete_at
 
 
 class Kernel:
@@ -149,65 +158,76 @@ class Kernel:
         self.seq = itertools.count()
         self.total_steps = 0
         self.finished = 0  # nodes whose program has ended
-        self.error: tuple[NodeInfo, BaseException, str] | None = None
+        self.error: tuple[Any, BaseException, str] | None = None
+        self.dead: set[int] = set()
         self.groups: dict[str, dict[int, torch.Tensor]] = {}
-        self.last_reduce_s: dict[str, float] = {}
-        self.roles, infos = layout(programs)
-        self.nodes = {r: SimNode(self, infos[r], self.roles, job, program)
-                      for r, (_, program) in enumerate(programs, start=1)}
+        self.pending = 0
+        """Scheduled events that can wake a node: deliveries, reductions, crashes (not the monitor's own)."""
+        self.timers = 0
+        """Nodes with a valid pending wake-up. With ``pending`` at 0 too, no node can ever run again."""
+        lay = layout(programs)
+        self.roles = lay.roles
+        self.live = {role: len(ranks) for role, ranks in lay.roles.items()}
+        self.nodes = {r: SimNode(self, r, lay, job, program) for r, (_, program) in enumerate(programs, start=1)}
 
-    def schedule(self, t: float, fn: Callable, *args: Any) -> None:
-        heapq.heappush(self.heap, (t, next(self.seq), fn, args))
+    def schedule(self, t: float, fn: Callable, *args: Any, pending: bool = False) -> None:
+        if pending:
+            self.pending += 1
+        heapq.heappush(self.heap, (t, next(self.seq), fn, args, pending))
 
     def _switch_to(self, node: SimNode) -> None:
         node.glet.switch()
 
-    def wake(self, node: SimNode, token: object, msg: Message | None = None) -> None:
+    def wake(self, node: SimNode, token: object) -> None:
         if node.done or node.token is not token:
             return  # stale wake-up (the node was woken otherwise, or has ended)
-        node.token = None
-        node.wake_msg = msg
+        node.disarm()
         self._switch_to(node)
 
     def deliver(self, dst: int, msg: Message) -> None:
-        node = self.nodes.get(dst)
-        if node is None or node.done:
-            return  # messages to failed or finished nodes are lost
+        node = self.nodes[dst]
+        if node.done:  # it died while the message was in flight
+            self.nodes[msg.src].counters.messages_lost += 1
+            self.nodes[msg.src]._tag(msg.tag).messages_lost += 1
+            return
         if node.waiting is not None and matches(msg, *node.waiting):
-            self.wake(node, node.token, msg)
+            node.disarm()
+            node.wake_msg = msg
+            self._switch_to(node)
         else:
             node.mailbox.append(msg)
 
     def try_reduce(self, role: str) -> None:
         group = self.groups.get(role, {})
-        members = [r for r in self.nodes.values() if r.info.role == role and not r.done]
-        if not group or len(group) < len(members):
+        if not group or len(group) < self.live[role]:
             return
         ranks = sorted(group)
         total = group[ranks[0]].clone()
         for r in ranks[1:]:
             total += group[r]
-        members = [self.nodes[r].info.index if role == "worker" else None for r in ranks]
-        self.last_reduce_s[role] = self.job.cluster.all_reduce_time(members, total.numel() * total.element_size())
+        members = [self.nodes[r].worker_index(r) for r in ranks]
+        duration = self.job.cluster.all_reduce_time(members, total.numel() * total.element_size())
         for r in ranks:
             group[r].copy_(total)
             node = self.nodes[r]
-            node.token = tok = object()
-            self.schedule(self.now + self.last_reduce_s[role], self.wake, node, tok)
+            node.reduced = (len(ranks), self.now)
+            node.arm(self.now + duration)
         group.clear()
 
     def on_node_done(self, node: SimNode) -> None:
         self.finished += 1
+        self.dead.add(node.rank)
+        self.live[node.info.role] -= 1
         for role in list(self.groups):
             self.groups[role].pop(node.rank, None)
             if role == node.info.role and self.groups[role]:
-                self.schedule(self.now, self.try_reduce, role)
+                self.schedule(self.now, self.try_reduce, role, pending=True)
 
     def kill(self, node: SimNode, exc: BaseException) -> None:
         if node.done:
             return
         node.kill = exc
-        node.token = None
+        node.disarm()
         self._switch_to(node)
 
     def crash(self, node: SimNode) -> None:
@@ -217,37 +237,45 @@ class Kernel:
 
     # ---------------------------------------------------------------- the run
     def reports(self) -> list[NodeReport]:
-        return [NodeReport(n.info, n.counters, n.crashed_at) for n in self.nodes.values()]
+        return [NodeReport(n.info, n.counters, n.crashed_at, n.tags) for n in self.nodes.values()]
 
-    def exposed(self) -> list[torch.Tensor]:
-        return [n.exposed for n in self.nodes.values() if n.exposed is not None and n.crashed_at is None]
+    def _evaluate(self, params: list[torch.Tensor] | None = None) -> None:
+        live = [n.exposed for n in self.nodes.values() if n.exposed is not None and n.crashed_at is None]
+        self.monitor.evaluate(self.now, live if params is None else params, Totals.of(self.reports()))
 
-    def _evaluate(self) -> None:
-        self.monitor.evaluate(self.now, self.exposed(), Totals.of(self.reports()))
+    def _tick(self) -> None:
         self.monitor.check_time(self.now)
+        if self.monitor.stop_reason:
+            return  # the run's final row, below, is the evaluation at this time
+        self._evaluate()
         if not self.monitor.stop_reason:
-            self.schedule(self.now + self.job.cfg.eval.interval, self._evaluate)
+            self.schedule(self.now + self.job.cfg.eval.interval, self._tick)
+
+    def stalled(self) -> str:
+        blocked = [(n.info, n.waiting_for() or "a wait") for n in self.nodes.values() if not n.done]
+        return f"no node can make progress: {describe_blocked(blocked)}"
 
     def run(self) -> tuple[str, str]:
-        """Run to a stopping rule; returns (status, reason)."""
+        """Run to a stopping rule, the end of every program or a stall; returns (status, reason)."""
         for node in self.nodes.values():
             node.glet = greenlet.greenlet(node._main)
-            self.schedule(0.0, self.wake, node, node.token)
+            node.arm(0.0)
         for w, t in self.job.cluster.crash_times.items():
-            self.schedule(t, self.crash, self.nodes[self.roles["worker"][w]])
-        self.schedule(0.0, self._evaluate)
+            self.schedule(t, self.crash, self.nodes[self.roles["worker"][w]], pending=True)
+        self.schedule(0.0, self._tick)
         max_time = self.job.cfg.stop.max_time
         if max_time:
             self.schedule(max_time, self.monitor.check_time, max_time)
         status, reason = "completed", ""
         try:
-            while self.heap:
-                t, _, fn, args = heapq.heappop(self.heap)
+            while self.heap:  # never empty before the end: the monitor's next evaluation is always in it
+                t, _, fn, args, pending = heapq.heappop(self.heap)
+                self.pending -= pending
                 self.now = max(self.now, t)
                 fn(*args)
                 if self.error:
                     info, exc, _ = self.error
-                    status, reason = "failed", f"{info.role} {info.index} raised {type(exc).__name__}: {exc}"
+                    status, reason = "failed", f"{info.name} raised {type(exc).__name__}: {exc}"
                     break
                 self.monitor.check_steps(self.total_steps)
                 if self.monitor.stop_reason:
@@ -256,16 +284,16 @@ class Kernel:
                 if self.finished == len(self.nodes):
                     reason = "every node finished"
                     break
-            else:
-                reason = "no node can make progress (every live node is waiting for a message)"
-                status = "stopped"
+                if self.pending == 0 and self.timers == 0:
+                    status, reason = "stalled", self.stalled()
+                    break
         except KeyboardInterrupt:
             status, reason = "interrupted", "interrupted by the user"
         finally:
             if status != "failed":
                 last = self.monitor.rows[-1]["time_s"] if self.monitor.rows else -1
                 if last < self.now:
-                    self.monitor.evaluate(self.now, self.exposed(), Totals.of(self.reports()))
+                    self._evaluate([n.exposed for n in self.nodes.values() if n.exposed is not None])
             for node in self.nodes.values():
                 self.kill(node, StopRun())
         return status, reason

@@ -1,0 +1,54 @@
+"""The contract every algorithm that ships with edgeml keeps, on both backends: it builds, runs a few seconds,
+has a finite loss, its run directory reads back, and the same messages have the same byte counts in sim and
+procs (both count them in the one message path of ``edgeml.runtime.base``)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from edgeml.algorithms import REGISTRY
+from edgeml.config import load_config
+from edgeml.runner import run
+
+SHIPPED = sorted(name for name, spec in REGISTRY.items() if spec.nodes.__module__.startswith("edgeml."))
+QUICK = {  # periods short enough that every kind of message occurs within the run
+    "adsp": ["adsp.check_period_s=0.5", "adsp.epoch_s=1.0"],
+    "adacomm": ["adacomm.trial_s=0.3", "adacomm.adapt_period_s=0.5"],
+    "fixed_adacomm": ["fixed_adacomm.trial_s=0.3"],
+}
+
+
+def _read_back(path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    meta = json.loads((path / "meta.json").read_text())
+    summary = json.loads((path / "summary.json").read_text())
+    assert meta["status"] == summary["status"] == "completed", meta.get("stop_reason")
+    evals = pd.read_csv(path / "evals.csv")
+    assert len(evals) >= 2 and math.isfinite(evals.loss.iloc[-1]) and summary["final_loss"] == evals.loss.iloc[-1]
+    nodes = pd.read_csv(path / "nodes.csv")
+    assert (nodes[nodes.role == "worker"].steps > 0).all()
+    for series in (path / "series").glob("*.csv") if (path / "series").exists() else []:
+        pd.read_csv(series)
+    tags = pd.read_csv(path / "messages.csv")
+    # a node's bytes are those of its messages, tag by tag
+    by_node = tags.groupby("rank")[["messages_sent", "bytes_sent", "messages_lost"]].sum()
+    counted = nodes.set_index("rank")[["messages_sent", "bytes_sent", "messages_lost"]].loc[by_node.index]
+    assert (by_node == counted).all().all()
+    return nodes, tags
+
+
+@pytest.mark.parametrize("algorithm", SHIPPED)
+def test_every_algorithm_keeps_the_contract_on_both_backends(tmp_path, algorithm):
+    sizes = {}
+    for backend in ("sim", "procs"):
+        cfg = load_config(overrides=[f"run.algorithm='{algorithm}'", f"run.backend='{backend}'", "cluster.workers=2",
+                                     "stop.max_time=3", "eval.interval=0.5", f"run.out='{tmp_path}'",
+                                     f"run.name='{backend}'", *QUICK.get(algorithm, [])])
+        _, tags = _read_back(run(cfg))
+        sizes[backend] = tags.groupby(["role", "tag"]).agg(smallest=("min_bytes", "min"), largest=("max_bytes", "max"))
+    # the same kinds of message, of the same sizes
+    assert sizes["sim"].index.tolist() == sizes["procs"].index.tolist()
+    assert sizes["sim"].equals(sizes["procs"]), pd.concat(sizes, axis=1)
