@@ -116,16 +116,14 @@ def test_evaluation_goes_on_after_an_exposer_crashed(tmp_path, plugins):
 
 def test_the_final_row_averages_every_node_that_ever_exposed(plugins):
     from conftest import simulate
-    from edgeml.train import evaluate
 
     kernel, monitor, status, _ = simulate("run.algorithm='fault-exposers'", "cluster.workers=3",
                                           "stop.max_time=2", "cluster.crashes=[{worker=1, time=1.0}]")
     models = [n.exposed for n in kernel.nodes.values()]
-    loss, acc = evaluate(monitor.model, torch.stack(models).mean(0), monitor.loss_fn, monitor.x_test,
-                         monitor.y_test)
+    loss, acc = monitor.evaluator(torch.stack(models).mean(0))
     assert (monitor.rows[-1]["loss"], monitor.rows[-1]["accuracy"]) == (loss, acc)
     live = torch.stack([models[0], models[2]]).mean(0)
-    assert evaluate(monitor.model, live, monitor.loss_fn, monitor.x_test, monitor.y_test)[0] != loss
+    assert monitor.evaluator(live)[0] != loss
 
 
 def test_a_stalled_run_ends_as_stalled_naming_the_blocked_nodes(tmp_path):

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
-from edgeml.algorithms import AlgorithmSpec, register
-from edgeml.algorithms.ps import PSConfig, ps_worker, ssp_server
+from edgeml.algorithms.registry import AlgorithmSpec, register
+from edgeml.algorithms.ps import PSConfig, asp_server, ps_worker
 
 
 @dataclass
@@ -97,7 +97,7 @@ def pid_files(node):
     """A parameter-server worker or server that first writes its pid to $EDGEML_TEST_PIDS/<role><index>."""
     with open(os.path.join(os.environ["EDGEML_TEST_PIDS"], f"{node.role}{node.index}"), "w") as f:
         f.write(str(os.getpid()))
-    ps_worker(node) if node.role == "worker" else ssp_server(node, float("inf"))
+    ps_worker(node) if node.role == "worker" else asp_server(node)
 
 
 register(AlgorithmSpec("fault-primitives", "all_reduce, recv timeout, worker to worker", NoConfig,
