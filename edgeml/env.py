@@ -308,8 +308,8 @@ def _entry(item: Any, key: str, required: Sequence[str], optional: Sequence[str]
 
 
 def _number(item: dict, name: str, key: str, *, low: float = 0.0, strict: bool = False,
-            high: float = math.inf, infinite: bool = False) -> float:
-    v = item[name]
+            high: float = math.inf, infinite: bool = False, default: float | None = None) -> float:
+    v = item.get(name, default)
     ok = isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v) \
         and (infinite or math.isfinite(v)) and (v > low if strict else v >= low) and v <= high
     if not ok:
@@ -359,7 +359,8 @@ def _network(cfg, roles: Mapping[str, list[int]], links: Mapping[int, Any]) -> t
             edges.append(e)  # refused by from_edges with the allowed shapes
     try:
         graph = topology.build(net.topology, ranks, degree=net.degree, seed=_seed(cfg.run.seed, "topology"),
-                               latency_s=net.link_latency_s, mbps=net.link_mbps, edges=edges)
+                               latency_s=net.link_latency_s, mbps=net.link_mbps, edges=edges,
+                               label=lambda r: _name(roles, r))
     except UserError as exc:
         raise UserError(f"network.{'edges' if net.topology == 'edges' else 'degree'}: {exc}") from None
     if net.commit_delay_s:
@@ -410,10 +411,9 @@ def build_env(cfg, roles: Mapping[str, list[int]] | None = None, *, base_step_s:
         _entry(item, "load.schedule", ("node", "kind", "intensity"), ("start", "end"))
         if item["kind"] not in RESOURCES:
             raise UserError(f"load.schedule entry {item!r}: kind must be one of {', '.join(RESOURCES)}")
-        item = {"start": 0.0, "end": math.inf, **item}
         u = _number(item, "intensity", "load.schedule", strict=True, high=1.0)
-        start = _number(item, "start", "load.schedule")
-        end = _number(item, "end", "load.schedule", low=start, strict=True, infinite=True)
+        start = _number(item, "start", "load.schedule", default=0.0)
+        end = _number(item, "end", "load.schedule", low=start, strict=True, infinite=True, default=math.inf)
         workloads += [Workload(r, item["kind"], u, start, end)
                       for r in parse_nodes(item["node"], roles, "load.schedule")]
 
