@@ -76,7 +76,8 @@ class ClusterSection:
     """procs: sleep each step up to its emulated duration; off measures raw speed (benchmarks)."""
     slowdowns: list[dict] = field(default_factory=list)
     """Time-varying slowdowns: ``[{worker = 0, start = 10.0, end = 20.0, factor = 3.0}]``; ``node`` instead of
-    ``worker`` names any nodes (``{node = "ps", start = 0, end = inf, factor = 2}``, see ``edgeml.env``)."""
+    ``worker`` names any nodes (``{node = "ps", start = 0, factor = 2}``; see ``edgeml.env``), whose ``end`` may
+    be left out (until the run ends)."""
     crashes: list[dict] = field(default_factory=list)
     """Fail-stop schedule: ``[{worker = 1, time = 5.0}]``."""
     crash_prob: float = 0.0
@@ -363,9 +364,9 @@ def validate(cfg: Config) -> None:
     if cfg.stop.target_accuracy > 1:
         raise UserError(f"stop.target_accuracy = {cfg.stop.target_accuracy}: accuracy is a fraction in (0, 1]")
     hetero.build_cluster(cfg)  # parses profile, slowdowns, crashes and links; raises UserError on bad input
-    _validate_env(cfg)
     if cfg.algo is not None and hasattr(cfg.algo, "validate"):
         cfg.algo.validate(cfg)
+    _validate_env(cfg)
 
 
 def _finite(where: str, value: float, low: float = 0.0, *, strict: bool = False, high: float = math.inf) -> None:

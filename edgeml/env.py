@@ -128,29 +128,17 @@ class Env:
     cores: int = 1
     threads: int = 1
     seed: int = 0
-    _place: dict[int, tuple[str, int]] = field(init=False, repr=False)
     _work: dict[int, list[Workload]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._place = {r: (role, i) for role, ranks in self.roles.items() for i, r in enumerate(ranks)}
         self._work = {}
         for w in self.workloads:
             self._work.setdefault(w.rank, []).append(w)
 
-    # ---------------------------------------------------------------- who is who
+    # ---------------------------------------------------------------- nodes
     @property
     def ranks(self) -> list[int]:
-        return sorted(self._place)
-
-    def role(self, rank: int) -> str:
-        return self._place[rank][0]
-
-    def index(self, rank: int) -> int:
-        """Position among the nodes of its role (worker i is device i of the profile)."""
-        return self._place[rank][1]
-
-    def rank(self, role: str, index: int) -> int:
-        return self.roles[role][index]
+        return sorted(self.factors)
 
     def device(self, rank: int) -> str:
         return self.devices[rank]
@@ -252,11 +240,13 @@ class Env:
 
 # ------------------------------------------------------------------------------------------------- from the config
 def roles_of(cfg) -> dict[str, list[int]]:
-    """Role -> ranks of the configured algorithm's nodes."""
+    """Role -> ranks of the configured algorithm's nodes (programs in rank order from 1, as
+    ``runtime.base.layout`` numbers them)."""
     from edgeml.algorithms import get_algorithm
-    from edgeml.runtime.base import layout
 
-    roles, _ = layout(get_algorithm(cfg.run.algorithm).nodes(cfg))
+    roles: dict[str, list[int]] = {}
+    for rank, (role, _) in enumerate(get_algorithm(cfg.run.algorithm).nodes(cfg), start=1):
+        roles.setdefault(role, []).append(rank)
     return roles
 
 
@@ -308,14 +298,16 @@ def _entry(item: Any, key: str, required: Sequence[str], optional: Sequence[str]
 
 
 def _number(item: dict, name: str, key: str, *, low: float = 0.0, strict: bool = False,
-            high: float = math.inf, infinite: bool = False, default: float | None = None) -> float:
-    v = item.get(name, default)
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v) \
-        and (infinite or math.isfinite(v)) and (v > low if strict else v >= low) and v <= high
-    if not ok:
+            high: float = math.inf, default: float | None = None) -> float:
+    """``item[name]`` (``default`` when absent and allowed) if a finite number in range, else a UserError."""
+    if name not in item and default is not None:
+        return default
+    v = item.get(name)
+    if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            and (v > low if strict else v >= low) and v <= high):
         bound = f"{'>' if strict else '>='} {low:g}" + (f" and <= {high:g}" if high < math.inf else "")
-        raise UserError(f"{key} entry {item!r}: {name} must be a number {bound}"
-                        + (" (inf: until the run ends)" if infinite else ""))
+        raise UserError(f"{key} entry {item!r}: {name} must be a finite number {bound}"
+                        + (" (leave it out: until the run ends)" if name == "end" else ""))
     return float(v)
 
 
@@ -382,9 +374,9 @@ def build_env(cfg, roles: Mapping[str, list[int]] | None = None, *, base_step_s:
     slowdowns = []
     for item in cfg.cluster.slowdowns:
         if isinstance(item, dict) and "node" in item:
-            _entry(item, "cluster.slowdowns", ("node", "start", "end", "factor"))
+            _entry(item, "cluster.slowdowns", ("node", "start", "factor"), ("end",))
             start = _number(item, "start", "cluster.slowdowns")
-            end = _number(item, "end", "cluster.slowdowns", low=start, strict=True, infinite=True)
+            end = _number(item, "end", "cluster.slowdowns", low=start, strict=True, default=math.inf)
             factor = _number(item, "factor", "cluster.slowdowns", strict=True)
             slowdowns += [Slowdown(r, start, end, factor) for r in parse_nodes(item["node"], roles, "cluster.slowdowns")]
         else:
@@ -413,7 +405,7 @@ def build_env(cfg, roles: Mapping[str, list[int]] | None = None, *, base_step_s:
             raise UserError(f"load.schedule entry {item!r}: kind must be one of {', '.join(RESOURCES)}")
         u = _number(item, "intensity", "load.schedule", strict=True, high=1.0)
         start = _number(item, "start", "load.schedule", default=0.0)
-        end = _number(item, "end", "load.schedule", low=start, strict=True, infinite=True, default=math.inf)
+        end = _number(item, "end", "load.schedule", low=start, strict=True, default=math.inf)
         workloads += [Workload(r, item["kind"], u, start, end)
                       for r in parse_nodes(item["node"], roles, "load.schedule")]
 

@@ -50,7 +50,7 @@ def test_all_reduce_on_the_star_with_equal_latencies_is_the_clusters():
 def test_speed_factors_and_slowdowns_for_any_role():
     env, cfg = env_of("cluster.hetero='1:2:4:4'", "cluster.base_step_s=0.5",
                       "cluster.slowdowns=[{worker=1, start=1.0, end=2.0, factor=3.0},"
-                      "{node='ps', start=1.0, end=2.0, factor=5.0}, {node='worker:0-1', start=0, end=inf, factor=2}]")
+                      "{node='ps', start=1.0, end=2.0, factor=5.0}, {node='worker:0-1', start=0, factor=2}]")
     cluster = build_cluster(cfg)
     assert [env.speed_factor(r, 0.0) for r in (PS, W0, W1, W2, W3)] == [1, 2, 4, 4, 4]
     assert env.speed_factor(PS, 1.5) == 5 and env.speed_factor(PS, 2.0) == 1
@@ -235,12 +235,14 @@ def test_env_pickles_for_worker_processes():
     ("load.schedule=[{node=0, kind='gpu', intensity=0.5}]", "load.schedule"),
     ("load.schedule=[{node=0, kind='cpu', intensity=0.5, start=5, end=2}]", "load.schedule"),
     ("load.schedule=[{node=0, kind='cpu', intensity=0.5, start=inf}]", "load.schedule"),
+    ("load.schedule=[{node=0, kind='cpu', intensity=0.5, end=inf}]", "load.schedule"),
+    ("cluster.slowdowns=[{node='ps', start=0, end=inf, factor=2}]", "cluster.slowdowns"),
     ("load.schedule=[{node=0, kind='cpu'}]", "load.schedule"),
     ("load.schedule=[{node='gpu:0', kind='cpu', intensity=0.5}]", "load.schedule"),
     ("load.schedule=[3]", "load.schedule"),
     ("cluster.slowdowns=[{node='ps', start=0, end=1, factor=nan}]", "cluster.slowdowns"),
     ("cluster.slowdowns=[{node='ps', start=0, end=1, factor=0}]", "cluster.slowdowns"),
-    ("cluster.slowdowns=[{node='ps', start=0, factor=2}]", "cluster.slowdowns"),
+    ("cluster.slowdowns=[{node='ps', end=3, factor=2}]", "cluster.slowdowns"),
     ("network.edges=[[0, 1]]", "network.edges"),  # star
     ("network.link_latency_s=0.1", "network.link_latency_s"),  # star
 ])

@@ -123,3 +123,11 @@ def test_pin_gives_each_rank_its_own_cores():
     assert pin([3, 1, 2], 1, [0, 1, 2, 3]) == {1: [0], 2: [1], 3: [2]}
     assert pin([1, 2, 3], 2, [4, 5, 6, 7]) == {1: [4, 5], 2: [6, 7], 3: [4, 5]}  # wraps round when short
     assert pin([1], 3, [0, 1]) == {1: [0, 1]}
+
+
+def test_an_unwritable_directory_is_refused(tmp_path):
+    from edgeml.errors import UserError
+
+    with pytest.raises(UserError, match="load.dir = .* is not a writable directory"):
+        Supervisor([W(1, "disk", 0.5, 0.0, 1.0)], epoch=time.time(), net_Bps=1e6, disk_Bps=1e6,
+                   dir=str(tmp_path / "missing"))

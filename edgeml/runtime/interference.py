@@ -47,6 +47,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from edgeml.errors import UserError
+
 PERIOD_S = 0.1
 """Each workload paces itself in periods this long."""
 FILE_LIMIT = 64 << 20
@@ -82,8 +84,6 @@ class Supervisor:
         if unknown:
             raise ValueError(f"unknown workload kinds {unknown}: use {', '.join(RESOURCES)}")
         if dir and not (os.path.isdir(dir) and os.access(dir, os.W_OK)):
-            from edgeml.errors import UserError
-
             raise UserError(f"load.dir = {dir!r} is not a writable directory: create it or leave it empty")
         self.workloads = list(workloads)
         self.epoch = epoch
