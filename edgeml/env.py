@@ -58,7 +58,6 @@ from edgeml.hetero import build_cluster
 from edgeml.runtime.interference import RESOURCES, Load
 
 DEVICES = ("cpu", "cuda")
-WAITS = ("exponential", "uniform")
 NODE_SETS = "worker indices (2, '0-3'), a role ('ps'), some of a role ('worker:0-1') or '*' for every node, " \
             "joined with commas"
 
@@ -210,8 +209,14 @@ class Env:
         return sorted(out)
 
     # ---------------------------------------------------------------- co-running load
-    def load(self, rank: int, t: float) -> Load:
-        """The modelled utilisation by the node's workloads at ``t`` (see the module docstring)."""
+    def load(self, rank: int, t: float, since: float | None = None) -> Load:
+        """The modelled utilisation by the node's workloads at ``t`` (see the module docstring), or its mean
+        over [since, t] (what ``interference.LoadMeter`` reports between two readings in procs)."""
+        if since is not None and since < t:
+            cuts = sorted({since, t, *(x for w in self._work.get(rank, ()) for x in (w.start, w.end)
+                                       if since < x < t)})
+            parts = [(b - a, self.load(rank, a)) for a, b in zip(cuts, cuts[1:])]
+            return Load(*(sum(dt * part[i] for dt, part in parts) / (t - since) for i in range(3)))
         used = []
         for resource, capacity in (("cpu", self.cores), ("net", 1.0), ("disk", 1.0)):
             demands = self._demands(rank, t, resource)
@@ -230,7 +235,7 @@ class Env:
     def _shared(self, route: topology.Route, t: float) -> topology.Route:
         """``route`` with each link's rate scaled by the messages' share at its more loaded end."""
         share = {v: self._net_share(v, t) for v in route.path if v != topology.HUB}
-        if all(s == 1.0 for s in share.values()):
+        if route.hops == 0 or all(s == 1.0 for s in share.values()):
             return route
         g = self.topology.graph
         rates = [g.edges[u, v]["Bps"][u] * min(share.get(u, 1.0), share.get(v, 1.0))

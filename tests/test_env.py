@@ -187,6 +187,8 @@ def test_sim_load_observation_and_windows():
     assert env.load(W0, 1.0) == Load(0.25, 0.0, 0.0)
     assert env.load(W0, 6.0) == Load(1.0, 0.0, 0.0)  # 0.25 + 0.8 on one core: 0.25 and 0.75
     assert env.load(W0, 10.0) == Load(0.0, 0.0, 0.0)
+    assert env.load(W0, 12.0, since=4.0) == pytest.approx(Load((1 * 0.25 + 5 * 1.0) / 8, 0.0, 0.0))
+    assert env.load(W0, 6.0, since=6.0) == env.load(W0, 6.0)
     assert env.load(PS, 0.0) == Load(0.0, 0.5, 0.5) and env.load(W1, 3.0) == Load(0.25, 0.0, 0.7)
     assert env.cpu_slowdown(W0, 6.0) == pytest.approx(1 / (1 - 0.25 - 0.375))  # L: 0.25 + 2L = 1 -> 0.375
 
@@ -200,6 +202,7 @@ def test_sim_net_load_shares_the_nodes_links():
     tx, flight, _ = env.message(W0, W1, 1000, 0.0)
     assert tx == pytest.approx(0.001 / 0.75) and tx + flight == pytest.approx(0.02 + 0.001 / 0.5)
     assert env.message(W2, W3, 1000, 0.0) == pytest.approx((0.001, 0.02, 2))
+    assert env.message(W0, W0, 1000, 0.0) == (0.0, 0.0, 0)  # to itself: no link
     assert env.message(PS, W3, 1000, 0.0) == env_of("network.up_mbps=8", "network.down_mbps=8",
                                                    "network.latency_s=0.01")[0].message(PS, W3, 1000, 0.0)
 
