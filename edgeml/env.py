@@ -383,7 +383,8 @@ def build_env(cfg, roles: Mapping[str, list[int]] | None = None, *, base_step_s:
             start = _number(item, "start", "cluster.slowdowns")
             end = _number(item, "end", "cluster.slowdowns", low=start, strict=True, default=math.inf)
             factor = _number(item, "factor", "cluster.slowdowns", strict=True)
-            slowdowns += [Slowdown(r, start, end, factor) for r in parse_nodes(item["node"], roles, "cluster.slowdowns")]
+            for r in parse_nodes(item["node"], roles, "cluster.slowdowns"):
+                slowdowns.append(Slowdown(r, start, end, factor))
         else:
             s = next(worker_slowdowns)
             if s.worker < len(workers):
