@@ -10,6 +10,7 @@ allowed values. The resolved config is written into every run directory.
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import typing
 from dataclasses import dataclass, field
@@ -51,7 +52,7 @@ class DataSection:
     """Local directory holding the dataset's original files (read before any default location)."""
     download: bool = False
     """Fetch through torchvision when the files are absent (never done implicitly)."""
-    partition: Literal["iid", "shards", "dirichlet"] = "iid"
+    partition: Literal["iid", "shards", "dirichlet", "sorted"] = "iid"
     alpha: float = 0.5
     """Dirichlet concentration for ``partition = "dirichlet"``."""
     shards_per_worker: int = 2
@@ -62,6 +63,8 @@ class DataSection:
 class ModelSection:
     name: str = ""
     """Registered model name; empty picks the dataset's default (``mlp`` for tabular/8x8, ``lenet5`` otherwise)."""
+    width: float = 1.0
+    """MobileNet-v2's width multiplier (other models refuse values other than 1)."""
 
 
 @dataclass
@@ -75,12 +78,24 @@ class ClusterSection:
     throttle: bool = True
     """procs: sleep each step up to its emulated duration; off measures raw speed (benchmarks)."""
     slowdowns: list[dict] = field(default_factory=list)
-    """Time-varying slowdowns: ``[{worker = 0, start = 10.0, end = 20.0, factor = 3.0}]``."""
+    """Time-varying slowdowns: ``[{worker = 0, start = 10.0, end = 20.0, factor = 3.0}]``; ``node`` instead of
+    ``worker`` names any nodes (``{node = "ps", start = 0, factor = 2}``; see ``edgeml.env``), whose ``end`` may
+    be left out (until the run ends)."""
     crashes: list[dict] = field(default_factory=list)
     """Fail-stop schedule: ``[{worker = 1, time = 5.0}]``."""
     crash_prob: float = 0.0
     """Probability that a worker fails (stops) right after each push (a send the algorithm marks as a failure
     point with ``node.push``; queries and replies never fail)."""
+    devices: dict[str, Any] = field(default_factory=dict)
+    """Device kind per node, overriding ``run.device``: ``{cpu = "0-1", cuda = "2-5"}`` (worker indices, a role
+    like ``"ps"``, ``"worker:0-1"`` or ``"*"``; see ``edgeml.env``). ESync's testbed: 4 GPUs and 2 CPUs."""
+    throttle_mode: Literal["absolute", "scale"] = "absolute"
+    """procs: ``absolute`` sleeps each step up to ``base_step_s`` x factor; ``scale`` stretches the measured step
+    time by the factor, so real co-running load shows in step times."""
+    random_wait_s: float = 0.0
+    """Mean random wait between a computation and its push (AdaComp's platform, adacomp.txt Sec. IV-A); 0: none."""
+    random_wait: Literal["exponential", "uniform"] = "exponential"
+    """Distribution of the random wait: ``exponential`` (memoryless) or ``uniform`` on [0, 2 x mean]."""
 
 
 @dataclass
@@ -95,6 +110,30 @@ class NetworkSection:
     """Extra delay added to every message a worker sends (adsp.txt Fig. 6)."""
     links: list[dict] = field(default_factory=list)
     """Per-worker overrides: ``[{worker = 2, latency_s = 0.05, up_mbps = 10, down_mbps = 100}]``."""
+    topology: Literal["star", "complete", "ring", "random", "edges"] = "star"
+    """Graph over all nodes: ``star`` (access links to one switch: the fields above), ``complete``, ``ring`` (in
+    rank order), ``random`` (connected, average ``degree``, seeded) or ``edges`` (the list ``edges``)."""
+    degree: float = 3.0
+    """Average degree of the ``random`` topology (SNAP's simulations: 3)."""
+    edges: list = field(default_factory=list)
+    """Links of the ``edges`` topology: ``[[0, 1], ["ps", 2], {u = 1, v = 2, latency_s = 0.01, up_mbps = 10,
+    down_mbps = 10}]`` (ends are worker indices or nodes like ``"ps"``; up: u to v)."""
+    link_latency_s: float = 0.0
+    """One-way latency of every link of a topology other than ``star``."""
+    link_mbps: float = 0.0
+    """Rate of every link of a topology other than ``star``, each way, in Mb/s (0: unlimited)."""
+    failed_links: float = 0.0
+    """Fraction of links that fail (seeded; SNAP Fig. 9: 0.01 and 0.05). A message between neighbours whose link
+    is down is lost; others detour. Failures never cut the network unless ``failed_may_disconnect``."""
+    failed_from_s: float = 0.0
+    """When the failed links go down (seconds on the run's clock)."""
+    failed_for_s: float = 0.0
+    """How long they stay down; 0: until the run ends."""
+    failed_may_disconnect: bool = False
+    """Let failures cut nodes off (their messages are lost); otherwise only links whose loss keeps the network
+    connected fail."""
+    jitter_s: float = 0.0
+    """Each message's flight gains a random delay, uniform in [0, jitter_s] (seeded per sender)."""
 
 
 @dataclass
@@ -120,6 +159,27 @@ class EvalSection:
     """Evaluate on this many test samples (a fixed subset; 0 = all)."""
 
 
+@dataclass
+class LoadSection:
+    schedule: list[dict] = field(default_factory=list)
+    """Co-running workloads: ``[{node = 0, kind = "cpu", intensity = 0.5, start = 0, end = 30}]``. ``node``: a
+    node set (``edgeml.env``); ``kind``: ``cpu`` (u of a core), ``disk`` (u x disk_MBps read and written),
+    ``net`` (u x net_MBps over loopback) or ``io`` (disk and net); intensity u in (0, 1]; start and end in seconds
+    on the run's clock (end omitted: until the run ends). procs runs real processes, sim slows the node by the
+    model in ``edgeml.env``."""
+    cores: int = 1
+    """Cores of each node's share of its host, which its training and its workloads compete for (procs pins
+    them there; sim's model)."""
+    net_MBps: float = 100.0
+    """Network capacity in MB/s: a net workload of intensity 1 sends this much; observed net load is traffic
+    over it."""
+    disk_MBps: float = 20.0
+    """Disk capacity in MB/s: a disk workload of intensity 1 moves this much; observed disk load is storage
+    traffic over it."""
+    dir: str = ""
+    """Directory of the disk workloads' temporary files (empty: the system's; a tmpfs reaches no disk)."""
+
+
 COMMON_SECTIONS: dict[str, type] = {
     "run": RunSection,
     "data": DataSection,
@@ -128,6 +188,7 @@ COMMON_SECTIONS: dict[str, type] = {
     "network": NetworkSection,
     "stop": StopSection,
     "eval": EvalSection,
+    "load": LoadSection,
 }
 
 
@@ -140,6 +201,7 @@ class Config:
     network: NetworkSection = field(default_factory=NetworkSection)
     stop: StopSection = field(default_factory=StopSection)
     eval: EvalSection = field(default_factory=EvalSection)
+    load: LoadSection = field(default_factory=LoadSection)
     algo: Any = None
     """The algorithm's own config dataclass, written as the section named after the algorithm."""
 
@@ -307,6 +369,29 @@ def validate(cfg: Config) -> None:
     hetero.build_cluster(cfg)  # parses profile, slowdowns, crashes and links; raises UserError on bad input
     if cfg.algo is not None and hasattr(cfg.algo, "validate"):
         cfg.algo.validate(cfg)
+    _validate_env(cfg)
+
+
+def _finite(where: str, value: float, low: float = 0.0, *, strict: bool = False, high: float = math.inf) -> None:
+    if not (math.isfinite(value) and (value > low if strict else value >= low) and value <= high):
+        bound = f"{'>' if strict else '>='} {low:g}" + (f" and <= {high:g}" if high < math.inf else "")
+        raise UserError(f"{where} = {value} is impossible: it must be a finite number {bound}")
+
+
+def _validate_env(cfg: Config) -> None:
+    """The environment's settings (``edgeml.env``): numbers here, node sets and graphs by building the Env."""
+    from edgeml.env import build_env
+
+    _finite("model.width", cfg.model.width, strict=True)
+    _finite("cluster.random_wait_s", cfg.cluster.random_wait_s)
+    for key in ("link_latency_s", "link_mbps", "failed_from_s", "failed_for_s", "jitter_s"):
+        _finite(f"network.{key}", getattr(cfg.network, key))
+    _finite("network.degree", cfg.network.degree, strict=True)
+    _finite("network.failed_links", cfg.network.failed_links, high=1.0)
+    _finite("load.cores", cfg.load.cores, 1)
+    _finite("load.net_MBps", cfg.load.net_MBps, strict=True)
+    _finite("load.disk_MBps", cfg.load.disk_MBps, strict=True)
+    build_env(cfg)
 
 
 def describe_fields(cls: type) -> list[tuple[str, str, Any, str]]:

@@ -177,7 +177,8 @@ def build_cluster(cfg) -> Cluster:
     vmax = max(v)
     factors = [vmax / x for x in v]
     slow = [Slowdown(e["worker"], float(e["start"]), float(e["end"]), float(e["factor"]))
-            for e in _entries(cfg.cluster.slowdowns, "cluster.slowdowns",
+            for e in _entries([e for e in cfg.cluster.slowdowns if not (isinstance(e, dict) and "node" in e)],
+                              "cluster.slowdowns",  # entries naming a node set are edgeml.env's
                               {"worker": int, "start": float, "end": float, "factor": float}, n)]
     for s in slow:
         if s.factor <= 0 or s.end <= s.start:

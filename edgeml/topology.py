@@ -34,7 +34,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -303,7 +303,7 @@ def random_graph(nodes: Iterable[int], degree: float, *, seed: int = 0, latency_
 
 
 def from_edges(nodes: Iterable[int], edges: Iterable[Any], *, latency_s: float = 0.0,
-               Bps: float = math.inf) -> Topology:
+               Bps: float = math.inf, label: Callable[[int], str] = str) -> Topology:
     """A given list of links. An entry is ``(u, v)`` or a dict ``{u, v, latency_s, up_mbps, down_mbps}``
     (up: u to v, down: v to u; Mb/s, 0 for unlimited); missing values take ``latency_s`` and ``Bps``."""
     ranks = _ranks(nodes)
@@ -322,29 +322,31 @@ def from_edges(nodes: Iterable[int], edges: Iterable[Any], *, latency_s: float =
         else:
             raise UserError(f"link {entry!r}: give a pair [u, v] or a table {{u = 1, v = 2, latency_s = ...}}")
         if u not in g or v not in g or u == v:
-            raise UserError(f"link {u}-{v}: both ends must be different nodes among {ranks}")
+            raise UserError(f"link {label(u)}-{label(v)}: both ends must be different nodes among "
+                            f"{', '.join(map(label, ranks))}")
         if g.has_edge(u, v):
-            raise UserError(f"link {u}-{v} is listed twice: give each link once")
+            raise UserError(f"link {label(u)}-{label(v)} is listed twice: give each link once")
         up = _Bps(entry["up_mbps"]) if "up_mbps" in entry else Bps
         down = _Bps(entry["down_mbps"]) if "down_mbps" in entry else Bps
         g.add_edge(u, v, latency_s=float(entry.get("latency_s", latency_s)), Bps={u: up, v: down})
     if len(ranks) > 1 and not nx.is_connected(g):
-        cut = sorted(min(nx.connected_components(g), key=min))
-        raise UserError(f"the links leave nodes {cut} cut off from the rest: add links so that every node is reachable")
+        cut = ", ".join(map(label, sorted(min(nx.connected_components(g), key=min))))
+        raise UserError(f"the links leave {cut} cut off from the rest: add links so that every node is reachable")
     return Topology(g)
 
 
 def build(name: str, nodes: Iterable[int], *, degree: float = 3.0, seed: int = 0, latency_s: float = 0.0,
-          mbps: float = 0.0, edges: Iterable[Any] = (), links: Mapping[int, Link] | None = None) -> Topology:
+          mbps: float = 0.0, edges: Iterable[Any] = (), links: Mapping[int, Link] | None = None,
+          label: Callable[[int], str] = str) -> Topology:
     """A topology by name (``TOPOLOGIES``). ``links`` are the star's access links; the other graphs give every
-    link ``latency_s`` and ``mbps`` in both directions (0: unlimited)."""
+    link ``latency_s`` and ``mbps`` in both directions (0: unlimited). ``label``: how errors name a node."""
     if name not in TOPOLOGIES:
         raise UserError(f"unknown topology '{name}': choose one of {', '.join(TOPOLOGIES)}")
     if name == "star":
         return star(nodes, links)
     rate = _Bps(mbps)
     if name == "edges":
-        return from_edges(nodes, edges, latency_s=latency_s, Bps=rate)
+        return from_edges(nodes, edges, latency_s=latency_s, Bps=rate, label=label)
     if name == "random":
         return random_graph(nodes, degree, seed=seed, latency_s=latency_s, Bps=rate)
     return {"complete": complete, "ring": ring}[name](nodes, latency_s=latency_s, Bps=rate)

@@ -60,7 +60,7 @@ class Job:
     def make_model(self) -> nn.Module:
         ds = self.dataset
         torch.manual_seed(self.cfg.run.seed)
-        return build_model(self.model_name, ds.input_shape, ds.num_classes)
+        return build_model(self.model_name, ds.input_shape, ds.num_classes, width=self.cfg.model.width)
 
     def trainer(self, worker: int, device: str = "cpu") -> "Trainer":
         """Worker ``worker``'s trainer over its shard, starting from the common initial model."""
@@ -83,7 +83,7 @@ def build_job(cfg, base_step_s: float | None = None) -> Job:
     shards = partition(ds.y_train, n, cfg.data.partition, seed=cfg.run.seed, alpha=cfg.data.alpha,
                        shards_per_part=cfg.data.shards_per_worker)
     torch.manual_seed(cfg.run.seed)
-    model = build_model(model_name, ds.input_shape, ds.num_classes)
+    model = build_model(model_name, ds.input_shape, ds.num_classes, width=cfg.model.width)
     init, _ = flatten_module(model)
     g = torch.Generator().manual_seed(cfg.run.seed + 7)
     n_test = len(ds.y_test)
