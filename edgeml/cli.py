@@ -211,7 +211,7 @@ def _settings_table(section: str, cls: type, title: str) -> Table:
     t.add_column("default")
     t.add_column("meaning", ratio=1)
     for name, type_name, default, doc in describe_fields(cls):
-        t.add_row(Text(name), Text(type_name), Text(_toml(default)), Text(doc))
+        t.add_row(Text(name), Text(type_name), Text(_toml(default)), Text(doc.replace("``", "")))
     return t
 
 
