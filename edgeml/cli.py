@@ -134,7 +134,7 @@ def _preparing(cfg) -> None:
     """Say what happens during the seconds before the first progress line (torch, data, calibration)."""
     if err.is_terminal:
         calibrating = cfg.run.backend == "procs" and not cfg.cluster.base_step_s
-        err.print(Text(f"preparing {cfg.run.algorithm} on {cfg.run.backend} with {cfg.cluster.workers} workers: "
+        err.print(Text(f"preparing {cfg.run.algorithm} ({cfg.run.backend}, {cfg.cluster.workers} workers): "
                        f"loading torch and {cfg.data.dataset}, building the model"
                        f"{', calibrating the host' if calibrating else ''}...", style="dim"))
 

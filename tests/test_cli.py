@@ -282,7 +282,7 @@ def test_preparing_line_on_a_terminal_only(monkeypatch):
         cli_module._preparing(cfg)
         text = buf.getvalue()
         if terminal:
-            assert "preparing bsp on procs with 3 workers" in text and "calibrating the host" in text
+            assert "preparing bsp (procs, 3 workers)" in text and "calibrating the host" in text
         else:
             assert text == ""
 
