@@ -273,18 +273,20 @@ def _defer_torch() -> None:
 
 
 def main() -> None:
-    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+    try:  # recent typer vendors click
+        from typer._click.exceptions import ClickException
+    except ImportError:
+        from click.exceptions import ClickException
 
     _defer_torch()
     _register_extensions()
     _stop_on_signals()
     try:
         code = app(standalone_mode=False)
-    except NoArgsIsHelpError as exc:  # the help is already printed
-        code = exc.exit_code
     except ClickException as exc:  # a mistyped option or value: one line, as for every other bad input
-        hint = f" (see {exc.ctx.command_path} --help)" if getattr(exc, "ctx", None) else ""
-        err.print(Text.assemble(("error: ", "red"), exc.format_message() + hint), soft_wrap=True)
+        if type(exc).__name__ != "NoArgsIsHelpError":  # that one has printed the help already
+            hint = f" (see {exc.ctx.command_path} --help)" if getattr(exc, "ctx", None) else ""
+            err.print(Text.assemble(("error: ", "red"), exc.format_message() + hint), soft_wrap=True)
         code = exc.exit_code
     sys.exit(code if isinstance(code, int) else 0)
 

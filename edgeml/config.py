@@ -4,7 +4,10 @@ A run is described by one ``Config``: a few common sections (``run``, ``data``, 
 ``network``, ``stop``, ``eval``) plus one section named after the algorithm holding that algorithm's own
 dataclass (``[ssp] staleness = 3``). Every field is reachable from a TOML file (``--config``) and from
 ``--set section.key=value``; unknown keys and impossible values raise ``UserError`` naming the key and the
-allowed values. The resolved config is written into every run directory.
+allowed values: no number anywhere may be nan or inf, the common sections' numbers have the ranges in
+``RANGES``, ``run.out`` must be a writable directory path and ``data.root`` an existing directory holding the
+data set. Validation never uses torch (the command line defers its import), so bad input is refused at once.
+The resolved config is written into every run directory.
 """
 
 from __future__ import annotations
