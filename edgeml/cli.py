@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
+import sys
+import threading
+import types
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
+from edgeml.config import COMMON_SECTIONS, ClusterSection, DataSection, RunSection, StopSection
 from edgeml.errors import UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
                   help="Reproduce and compare distributed training schemes across heterogeneous edge devices.")
-err = Console(stderr=True)
+# No emoji codes: user text such as the profile "1:2:3" or a path must print as written.
+err = Console(stderr=True, emoji=False)
 
 
 def command(*args, **kwargs):
@@ -74,31 +81,41 @@ def _base_layers(**options) -> dict[str, dict]:
 @command()
 def run(
     algorithm: str = typer.Argument(..., help="Algorithm name (see `edgeml list`)."),
-    workers: Optional[int] = typer.Option(None, "--workers", "-w", help="Number of workers (devices)."),
-    dataset: Optional[str] = typer.Option(None, help="digits, breast-cancer, fashion-mnist, mnist, cifar10."),
+    workers: Optional[int] = typer.Option(
+        None, "--workers", "-w", help=f"Number of workers (devices), >= 1. Default {ClusterSection.workers}."),
+    dataset: Optional[str] = typer.Option(
+        None, help=f"digits, breast-cancer, fashion-mnist, mnist, cifar10. Default {DataSection.dataset}."),
     model: Optional[str] = typer.Option(None, help="Model name; default depends on the dataset."),
-    backend: Optional[str] = typer.Option(None, help="procs (real processes) or sim (virtual clock)."),
+    backend: Optional[str] = typer.Option(
+        None, help=f"procs (real processes) or sim (virtual clock). Default {RunSection.backend}."),
     hetero: Optional[str] = typer.Option(None, help="Speed profile: homogeneous, 1:1:3, H=3.2, ec2, ..."),
     network: Optional[str] = typer.Option(None, help=f"Network profile: {', '.join(NETWORKS)}."),
     device: Optional[str] = typer.Option(None, help="cpu or cuda (procs)."),
-    seed: Optional[int] = typer.Option(None, help="Random seed."),
-    max_time: Optional[float] = typer.Option(None, help="Stop after this many seconds on the run's clock."),
-    max_steps: Optional[int] = typer.Option(None, help="Stop after this many steps over all workers."),
-    target_accuracy: Optional[float] = typer.Option(None, help="Stop at this test accuracy."),
-    target_loss: Optional[float] = typer.Option(None, help="Stop at this test loss."),
-    partition: Optional[str] = typer.Option(None, help="iid, shards or dirichlet."),
-    batch_size: Optional[int] = typer.Option(None, help="Mini-batch size."),
-    data_root: Optional[str] = typer.Option(None, help="Directory holding the dataset files."),
+    seed: Optional[int] = typer.Option(None, help=f"Random seed, 0 to 2**32-1. Default {RunSection.seed}."),
+    max_time: Optional[float] = typer.Option(
+        None, help=f"Stop after this many seconds on the run's clock; 0: no time limit. "
+                   f"Default {StopSection.max_time:g}."),
+    max_steps: Optional[int] = typer.Option(
+        None, help="Stop after this many steps over all workers; 0: no step limit (the default)."),
+    target_accuracy: Optional[float] = typer.Option(
+        None, help="Stop at this test accuracy, in [0, 1]; 0: no target (the default)."),
+    target_loss: Optional[float] = typer.Option(None, help="Stop at this test loss; 0: no target (the default)."),
+    partition: Optional[str] = typer.Option(None, help=f"iid, shards or dirichlet. Default {DataSection.partition}."),
+    batch_size: Optional[int] = typer.Option(
+        None, help=f"Mini-batch size, at most each worker's share of the data. Default {DataSection.batch_size}."),
+    data_root: Optional[str] = typer.Option(
+        None, help="Existing directory holding the dataset files, then the only place searched."),
     download: Optional[bool] = typer.Option(None, "--download/--no-download", help="Fetch missing datasets."),
-    out: Optional[str] = typer.Option(None, help="Parent directory of run directories (default runs/)."),
-    name: Optional[str] = typer.Option(None, help="Run directory name."),
+    out: Optional[str] = typer.Option(
+        None, help=f"Writable parent directory of run directories (created when missing). Default {RunSection.out}/."),
+    name: Optional[str] = typer.Option(None, help="Run directory name; default algorithm, dataset, seed and time."),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="TOML config file."),
-    set_: list[str] = typer.Option([], "--set", "-s", help="Override any field: section.key=value."),
+    set_: list[str] = typer.Option([], "--set", "-s", help="Override any field: section.key=value "
+                                                           "(see `edgeml list settings`)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display; print only the run path."),
 ) -> None:
     """Run one algorithm and write a run directory (its path is printed last)."""
     from edgeml.config import build_config, merge, parse_overrides, read_toml
-    from edgeml.runner import run as run_config
 
     layers = [read_toml(config)] if config else []
     flags = _base_layers(workers=workers, dataset=dataset, model=model, backend=backend, hetero=hetero,
@@ -106,41 +123,103 @@ def run(
                          target_accuracy=target_accuracy, target_loss=target_loss, partition=partition,
                          batch_size=batch_size, data_root=data_root, download=download, out=out, name=name)
     cfg = build_config(merge(*layers, {"run": {"algorithm": algorithm}}, flags, parse_overrides(set_)))
+    if not quiet:
+        _preparing(cfg)
+    from edgeml.runner import run as run_config  # torch loads here, after the input is known to be good
+
     typer.echo(run_config(cfg, quiet=quiet))
 
 
+def _preparing(cfg) -> None:
+    """Say what happens during the seconds before the first progress line (torch, data, calibration)."""
+    if err.is_terminal:
+        calibrating = cfg.run.backend == "procs" and not cfg.cluster.base_step_s
+        err.print(Text(f"preparing {cfg.run.algorithm} ({cfg.run.backend}, {cfg.cluster.workers} workers): "
+                       f"loading torch and {cfg.data.dataset}, building the model"
+                       f"{', calibrating the host' if calibrating else ''}...", style="dim"))
+
+
+LISTS = ("algorithms", "settings", "datasets", "models", "profiles", "networks")
+
+
 @command("list")
-def list_(what: str = typer.Argument("all", help="algorithms, datasets, models, profiles, networks or all."),
+def list_(what: str = typer.Argument(
+        "all", help="all, algorithms, settings (the common sections), datasets, models, profiles, networks, "
+                    "or one algorithm or section name."),
           ) -> None:
-    """List what edgeml knows: algorithms (with their settings), datasets, models, profiles."""
-    from edgeml.algorithms import REGISTRY
-    from edgeml.config import describe_fields
+    """List what edgeml knows, and every setting with its type, default and meaning."""
+    from edgeml.algorithms import ALIASES, REGISTRY
     from edgeml.data import DATASETS
     from edgeml.hetero import PROFILES
-    from edgeml.models import MODELS
 
-    console = Console()
-    kinds = ["algorithms", "datasets", "models", "profiles", "networks"]
-    if what != "all" and what not in kinds:
-        raise UserError(f"cannot list {what!r}: choose one of {', '.join(kinds)} or all")
-    if what in ("all", "algorithms"):
-        t = Table(title="algorithms")
-        t.add_column("name", style="cyan")
-        t.add_column("description")
-        t.add_column(escape("settings ([name] section / --set name.key=value)"))
-        for spec in sorted(REGISTRY.values(), key=lambda s: s.name):
-            settings = ", ".join(f"{n}={d!r}" for n, _, d, _ in describe_fields(spec.config))
-            t.add_row(spec.name, f"{spec.summary} ({spec.paper})" if spec.paper else spec.summary, settings)
-        console.print(t)
-    for kind, entries in (("datasets", DATASETS), ("models", MODELS), ("profiles", PROFILES),
+    console = Console(emoji=False, highlight=False)
+    algorithm = ALIASES.get(what.lower(), what.lower())
+    if what in COMMON_SECTIONS:
+        console.print(_settings_table(what, COMMON_SECTIONS[what], f"[{what}]"))
+        return
+    if algorithm in REGISTRY:
+        console.print(_algorithm_table(REGISTRY[algorithm]))
+        return
+    if what != "all" and what not in LISTS:
+        raise UserError(f"cannot list {what!r}: choose one of all, {', '.join(LISTS)}, an algorithm "
+                        f"({', '.join(sorted(REGISTRY))}) or a section ({', '.join(COMMON_SECTIONS)})")
+    specs = sorted(REGISTRY.values(), key=lambda s: s.name)
+    if what == "algorithms":
+        for spec in specs:
+            console.print(_algorithm_table(spec))
+    if what == "settings":
+        for section, cls in COMMON_SECTIONS.items():
+            console.print(_settings_table(section, cls, f"[{section}]"))
+    if what == "all":
+        console.print(_table("algorithms", {s.name: f"{s.summary} ({s.paper})" if s.paper else s.summary
+                                            for s in specs}))
+    for kind, entries in (("datasets", DATASETS), ("profiles", PROFILES),
                           ("networks", {k: v[1] for k, v in NETWORKS.items()})):
         if what in ("all", kind):
-            t = Table(title=kind)
-            t.add_column("name", style="cyan")
-            t.add_column("description")
-            for k, v in entries.items():
-                t.add_row(k, v)
-            console.print(t)
+            console.print(_table(kind, entries))
+    if what in ("all", "models"):
+        from edgeml.models import MODELS  # imports torch
+
+        console.print(_table("models", MODELS))
+    if what == "all":
+        console.print(Text("Settings with their meaning: edgeml list settings (common sections), edgeml list "
+                           "algorithms (each algorithm's own), or edgeml list NAME for one of them."))
+
+
+def _table(title: str, entries: dict[str, str]) -> Table:
+    t = Table(title=title)
+    t.add_column("name", style="cyan", no_wrap=True)
+    t.add_column("description")
+    for k, v in entries.items():
+        t.add_row(Text(k), Text(v))
+    return t
+
+
+def _algorithm_table(spec) -> Table:
+    about = f"{spec.summary} ({spec.paper})" if spec.paper else spec.summary
+    return _settings_table(spec.name, spec.config, f"{spec.name}: {about}")
+
+
+def _settings_table(section: str, cls: type, title: str) -> Table:
+    """One row per setting: name, type, default and its docstring; ``--set section.name=value`` changes it."""
+    from edgeml.config import describe_fields
+
+    t = Table(title=Text(title), caption=Text(f"[{section}] in a config file, or --set {section}.NAME=VALUE"),
+              title_justify="left", caption_justify="left")
+    t.add_column("setting", style="cyan", no_wrap=True)
+    t.add_column("type")
+    t.add_column("default")
+    t.add_column("meaning", ratio=1)
+    for name, type_name, default, doc in describe_fields(cls):
+        t.add_row(Text(name), Text(type_name), Text(_toml(default)), Text(doc.replace("``", "")))
+    return t
+
+
+def _toml(value: Any) -> str:
+    """A default as it would be written in a config file."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return f'"{value}"' if isinstance(value, str) else repr(value)
 
 
 @command("compare")
@@ -224,9 +303,52 @@ def _stop_on_signals() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+class _Deferred(types.ModuleType):
+    """A module not run yet. Reading any attribute but ``__spec__`` (which every ``import`` statement reads to see
+    whether the module is still initializing) runs it into this same object, as ``importlib.util.LazyLoader``
+    does; that one also runs on ``__spec__``, so a plain ``import torch`` would load torch at once."""
+
+    def __getattribute__(self, attr: str) -> Any:
+        if attr == "__spec__":
+            return super().__getattribute__(attr)
+        with _DEFERRED_LOCK:
+            if object.__getattribute__(self, "__class__") is _Deferred:
+                spec = super().__getattribute__("__spec__")
+                self.__class__ = types.ModuleType
+                spec.loader.exec_module(self)
+        return getattr(self, attr)
+
+
+_DEFERRED_LOCK = threading.Lock()
+
+
+def _defer_torch() -> None:
+    """Make ``import torch`` free until torch is first used, so that bad input is refused in a fraction of a
+    second: the config path imports the algorithm modules, which import torch (about 4 s) at the top."""
+    spec = importlib.util.find_spec("torch") if "torch" not in sys.modules else None
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    module.__class__ = _Deferred
+    sys.modules["torch"] = module
+
+
 def main() -> None:
+    try:  # recent typer vendors click
+        from typer._click.exceptions import ClickException
+    except ImportError:
+        from click.exceptions import ClickException
+
+    _defer_torch()
     _stop_on_signals()
-    app()
+    try:
+        code = app(standalone_mode=False)
+    except ClickException as exc:  # a mistyped option or value: one line, as for every other bad input
+        if type(exc).__name__ != "NoArgsIsHelpError":  # that one has printed the help already
+            hint = f" (see {exc.ctx.command_path} --help)" if getattr(exc, "ctx", None) else ""
+            err.print(Text.assemble(("error: ", "red"), exc.format_message() + hint), soft_wrap=True)
+        code = exc.exit_code
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,10 @@ A run is described by one ``Config``: a few common sections (``run``, ``data``, 
 ``network``, ``stop``, ``eval``) plus one section named after the algorithm holding that algorithm's own
 dataclass (``[ssp] staleness = 3``). Every field is reachable from a TOML file (``--config``) and from
 ``--set section.key=value``; unknown keys and impossible values raise ``UserError`` naming the key and the
-allowed values. The resolved config is written into every run directory.
+allowed values: no number anywhere may be nan or inf, the common sections' numbers have the ranges in
+``RANGES``, ``run.out`` must be a writable directory path and ``data.root`` an existing directory holding the
+data set. Validation never uses torch (the command line defers its import), so bad input is refused at once.
+The resolved config is written into every run directory.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
+import tempfile
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,10 +38,11 @@ class RunSection:
     device: Literal["cpu", "cuda"] = "cpu"
     """Where workers compute (``procs``); several workers may share one GPU."""
     seed: int = 0
+    """Seed of every random choice (data split, initial model, batches, failures): 0 to 2**32 - 1."""
     out: str = "runs"
-    """Parent directory of run directories."""
+    """Parent directory of run directories (created when missing; must be writable)."""
     name: str = ""
-    """Run directory name; empty means ``<algorithm>-<dataset>-w<workers>-s<seed>-<timestamp>``."""
+    """Run directory name (one path component); empty means ``<algorithm>-<dataset>-w<workers>-s<seed>-<time>``."""
     threads: int = 1
     """torch threads per worker process (one per process keeps many workers from oversubscribing cores); sim
     runs with this many too."""
@@ -48,15 +53,21 @@ class RunSection:
 @dataclass
 class DataSection:
     dataset: str = "digits"
+    """Registered data set name (``edgeml list datasets``)."""
     root: str = ""
-    """Local directory holding the dataset's original files (read before any default location)."""
+    """Existing directory holding the data set's original files, the only place searched when set (ignored by
+    the bundled ``digits`` and ``breast-cancer``); empty searches $EDGEML_DATA, ~/.cache/edgeml, system packages."""
     download: bool = False
     """Fetch through torchvision when the files are absent (never done implicitly)."""
     partition: Literal["iid", "shards", "dirichlet", "sorted"] = "iid"
+    """How training samples are split over workers: same label mix, a few label-sorted shards, Dirichlet, or
+    class-sorted contiguous parts (``sorted``, ESync's non-iid split)."""
     alpha: float = 0.5
-    """Dirichlet concentration for ``partition = "dirichlet"``."""
+    """Dirichlet concentration for ``partition = "dirichlet"`` (> 0; small means skewed workers)."""
     shards_per_worker: int = 2
+    """Label-sorted shards per worker for ``partition = "shards"``."""
     batch_size: int = 32
+    """Mini-batch size of every worker; at most the smallest worker's share of the training set."""
 
 
 @dataclass
@@ -70,6 +81,7 @@ class ModelSection:
 @dataclass
 class ClusterSection:
     workers: int = 4
+    """Number of workers (devices)."""
     hetero: str = "homogeneous"
     """Speed profile: ``homogeneous``, ratios of step times ``1:1:3``, ``H=3.2`` (target degree, adsp.txt
     Sec. 5.2), ``ec2`` (ADSP's 18-worker mix), ``adacomp-3class``, ``cpu-gpu`` (ESync's mix)."""
@@ -147,8 +159,10 @@ class StopSection:
     target_loss: float = 0.0
     """Stop once test loss falls to this; 0 disables."""
     loss_variance: float = 0.0
-    """ADSP's rule (adsp.txt Sec. 5.2): stop once the variance of the last ``window`` losses is below this."""
+    """ADSP's rule (adsp.txt Sec. 5.2): stop once the variance of the last ``window`` losses is below this;
+    0 disables."""
     window: int = 10
+    """Number of evaluations whose loss variance ``loss_variance`` tests (at least 2)."""
 
 
 @dataclass
@@ -156,7 +170,7 @@ class EvalSection:
     interval: float = 1.0
     """Evaluate the global model every this many seconds on the run's clock."""
     test_samples: int = 2000
-    """Evaluate on this many test samples (a fixed subset; 0 = all)."""
+    """Evaluate on this many test samples (a fixed subset); 0 uses all."""
 
 
 @dataclass
@@ -283,10 +297,16 @@ def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
 
 def read_toml(path: str | Path) -> dict[str, Any]:
     p = Path(path)
+    if p.is_dir():
+        raise UserError(f"config file {str(p)!r} is a directory: pass the path of a TOML file")
     if not p.is_file():
         raise UserError(f"config file {str(p)!r} does not exist: pass the path of a TOML file")
     try:
-        return tomllib.loads(p.read_text())
+        return tomllib.loads(p.read_bytes().decode())
+    except OSError as exc:
+        raise UserError(f"config file {str(p)!r} cannot be read ({exc.strerror}): check its permissions") from None
+    except UnicodeDecodeError:
+        raise UserError(f"config file {str(p)!r} is not UTF-8 text: pass a TOML file") from None
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"config file {str(p)!r} is not valid TOML ({exc}): fix the syntax") from None
 
@@ -334,42 +354,121 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     return build_config(merge(*layers))
 
 
-def _positive(where: str, value: float, allow_zero: bool = False) -> None:
-    if value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise UserError(f"{where} = {value} is impossible: it must be {bound}")
+@dataclass(frozen=True)
+class Range:
+    """The values a number may take: finite, ``lo <= x <= hi`` (``lo < x`` when ``open_lo``)."""
+
+    lo: float
+    hi: float = math.inf
+    open_lo: bool = False
+    zero: str = ""
+    """What 0 means where it is allowed and special; the message says it, so the fix is in the one line."""
+
+    def admits(self, x: float) -> bool:
+        return math.isfinite(x) and (x > self.lo if self.open_lo else x >= self.lo) and x <= self.hi
+
+    def describe(self, whole: bool) -> str:
+        kind = "a whole number" if whole else "a number"
+        if self.hi < math.inf:
+            text = f"{kind} in {'(' if self.open_lo else '['}{_num(self.lo)}, {_num(self.hi)}]"
+        else:
+            text = f"{kind} {'>' if self.open_lo else '>='} {_num(self.lo)}"
+        return f"{text} (0 means {self.zero})" if self.zero else text
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+# The allowed range of every number in the common sections (a test checks that none is missing). Algorithm
+# sections check their own ranges in their ``validate``; nan and inf are refused in every section.
+RANGES: dict[str, Range] = {
+    "run.seed": Range(0, 2**32 - 1),
+    "run.threads": Range(1),
+    "data.alpha": Range(0, open_lo=True),
+    "data.shards_per_worker": Range(1),
+    "data.batch_size": Range(1),
+    "cluster.workers": Range(1),
+    "cluster.base_step_s": Range(0, zero="calibrate on the host (procs) or 0.01 s (sim)"),
+    "cluster.crash_prob": Range(0, 1),
+    "network.latency_s": Range(0),
+    "network.up_mbps": Range(0, zero="unlimited"),
+    "network.down_mbps": Range(0, zero="unlimited"),
+    "network.commit_delay_s": Range(0),
+    "stop.max_time": Range(0, zero="no time limit"),
+    "stop.max_steps": Range(0, zero="no step limit"),
+    "stop.target_accuracy": Range(0, 1, zero="no accuracy target"),
+    "stop.target_loss": Range(0, zero="no loss target"),
+    "stop.loss_variance": Range(0, zero="no variance rule"),
+    "stop.window": Range(2),
+    "eval.interval": Range(0, open_lo=True),
+    "eval.test_samples": Range(0, zero="all test samples"),
+}
+
+
+def _non_finite(key: str, value: Any) -> tuple[str, float] | None:
+    """The first nan or inf in a number, list or table, with the key that leads to it."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (key, value)
+    if isinstance(value, dict):
+        items = [(f"{key}.{k}", v) for k, v in value.items()]
+    elif isinstance(value, list):
+        items = [(f"{key}[{i}]", v) for i, v in enumerate(value)]
+    else:
+        return None
+    return next(filter(None, (_non_finite(k, v) for k, v in items)), None)
+
+
+def check_numbers(section: str, obj: Any) -> None:
+    """Refuse nan and inf anywhere in a config section (lists of tables included), and numbers outside their
+    field's range in ``RANGES``."""
+    for f in dataclasses.fields(obj):
+        key, value = f"{section}.{f.name}", getattr(obj, f.name)
+        rule = RANGES.get(key)
+        bad = _non_finite(key, value)
+        if bad is not None:
+            where, x = bad
+            fix = rule.describe(whole=False) if rule and where == key else "a finite number"
+            raise UserError(f"{where} = {x} is not a finite number: use {fix}")
+        if rule and isinstance(value, (int, float)) and not rule.admits(value):
+            raise UserError(f"{key} = {value!r} is out of range: use {rule.describe(isinstance(value, int))}")
+
+
+def _check_out(out: str) -> None:
+    """``run.out`` must be a directory, or creatable as one, and writable: checked before anything is written."""
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"run.out = {out!r} is a file: pass a directory (created when missing) to --out")
+    existing = next(p for p in (path.absolute(), *path.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        raise UserError(f"run.out = {out!r} lies under the file {str(existing)!r}: pass a directory path to --out")
+    try:  # os.access answers yes for root even where nothing can be created (/proc, read-only mounts)
+        tempfile.TemporaryDirectory(dir=existing, prefix=".edgeml-").cleanup()
+    except OSError as exc:
+        raise UserError(f"run.out = {out!r} is not writable ({exc.strerror} in {str(existing)!r}): "
+                        f"pass a writable directory to --out") from None
 
 
 def validate(cfg: Config) -> None:
-    """Refuse impossible values with a message naming the key and the allowed range."""
-    from edgeml import hetero
+    """Refuse impossible values and paths with a message naming the key, the value and the allowed range."""
+    from edgeml import data, hetero
 
-    if cfg.cluster.workers < 1:
-        raise UserError(f"cluster.workers = {cfg.cluster.workers}: at least 1 worker is needed (--workers 1 or more)")
-    _positive("data.batch_size", cfg.data.batch_size)
-    _positive("data.alpha", cfg.data.alpha)
-    _positive("data.shards_per_worker", cfg.data.shards_per_worker)
-    _positive("cluster.base_step_s", cfg.cluster.base_step_s, allow_zero=True)
-    if not 0 <= cfg.cluster.crash_prob <= 1:
-        raise UserError(f"cluster.crash_prob = {cfg.cluster.crash_prob}: a probability must lie in [0, 1]")
-    for key in ("latency_s", "up_mbps", "down_mbps", "commit_delay_s"):
-        _positive(f"network.{key}", getattr(cfg.network, key), allow_zero=True)
-    for key in ("max_time", "target_accuracy", "target_loss", "loss_variance"):
-        _positive(f"stop.{key}", getattr(cfg.stop, key), allow_zero=True)
-    _positive("stop.max_steps", cfg.stop.max_steps, allow_zero=True)
-    _positive("stop.window", cfg.stop.window)
-    _positive("eval.interval", cfg.eval.interval)
-    _positive("eval.test_samples", cfg.eval.test_samples, allow_zero=True)
-    _positive("run.threads", cfg.run.threads)
-    if cfg.stop.max_time == 0 and cfg.stop.max_steps == 0 and cfg.stop.target_accuracy == 0 \
-            and cfg.stop.target_loss == 0 and cfg.stop.loss_variance == 0:
+    for name in COMMON_SECTIONS:
+        check_numbers(name, getattr(cfg, name))
+    if cfg.algo is not None:
+        check_numbers(cfg.run.algorithm, cfg.algo)
+    s = cfg.stop
+    if not (s.max_time or s.max_steps or s.target_accuracy or s.target_loss or s.loss_variance):
         raise UserError("no stopping rule: set stop.max_time, stop.max_steps, a target or stop.loss_variance")
-    if cfg.stop.target_accuracy > 1:
-        raise UserError(f"stop.target_accuracy = {cfg.stop.target_accuracy}: accuracy is a fraction in (0, 1]")
+    if cfg.run.name and (Path(cfg.run.name).name != cfg.run.name or cfg.run.name in (".", "..")):
+        raise UserError(f"run.name = {cfg.run.name!r} is not a single directory name: "
+                        f"put the parent directory in --out and a plain name in --name")
     hetero.build_cluster(cfg)  # parses profile, slowdowns, crashes and links; raises UserError on bad input
     if cfg.algo is not None and hasattr(cfg.algo, "validate"):
         cfg.algo.validate(cfg)
     _validate_env(cfg)
+    _check_out(cfg.run.out)
+    data.locate(cfg.data.dataset, cfg.data.root or None, cfg.data.download)
 
 
 def _finite(where: str, value: float, low: float = 0.0, *, strict: bool = False, high: float = math.inf) -> None:
@@ -394,23 +493,36 @@ def _validate_env(cfg: Config) -> None:
     build_env(cfg)
 
 
-def describe_fields(cls: type) -> list[tuple[str, str, Any, str]]:
-    """(name, type, default, doc) of a config dataclass, for ``edgeml list`` and docs."""
+def _field_docs(cls: type) -> dict[str, str]:
+    """The docstring under each field of ``cls`` and of the dataclasses it inherits from (nearest wins)."""
     import ast
     import inspect
 
     docs: dict[str, str] = {}
-    try:
-        tree = ast.parse(inspect.getsource(cls))
-        body = tree.body[0].body  # type: ignore[attr-defined]
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            body = ast.parse(inspect.getsource(klass)).body[0].body  # type: ignore[attr-defined]
+        except (OSError, TypeError, IndexError):
+            continue
         for node, nxt in zip(body, body[1:]):
             if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
                 docs[node.target.id] = " ".join(str(nxt.value.value).split())  # type: ignore[union-attr]
-    except (OSError, TypeError, IndexError):
-        pass
-    hints = _types(cls)
+    return docs
+
+
+def _type_name(tp: Any) -> str:
+    if typing.get_origin(tp) is Literal:
+        return "|".join(map(str, typing.get_args(tp)))
+    return tp.__name__ if isinstance(tp, type) else str(tp).replace("typing.", "")
+
+
+def describe_fields(cls: type) -> list[tuple[str, str, Any, str]]:
+    """(name, type, default, doc) of each field of a config dataclass, for ``edgeml list`` and docs."""
+    docs, hints = _field_docs(cls), _types(cls)
     rows = []
     for f in dataclasses.fields(cls):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-        rows.append((f.name, getattr(hints[f.name], "__name__", str(hints[f.name])), default, docs.get(f.name, "")))
+        rows.append((f.name, _type_name(hints[f.name]), default, docs.get(f.name, "")))
     return rows

@@ -27,6 +27,7 @@ DATASETS: dict[str, str] = {
     "cifar10": "CIFAR-10 32x32 colour images, 50k/10k, 10 classes (python pickle batches)",
 }
 
+_BUNDLED = ("digits", "breast-cancer")
 PARTITIONS: tuple[str, ...] = ("iid", "shards", "dirichlet", "sorted")
 
 # Published per-channel statistics, so a data set normalizes the same way however many files are present.
@@ -68,21 +69,15 @@ class Dataset:
 
 
 def load_dataset(name: str, root: str | Path | None = None, download: bool = False) -> Dataset:
-    """Load a data set by name, searching local folders first and downloading only when asked."""
-    if name not in DATASETS:
-        raise UserError(f"unknown dataset '{name}': choose one of {', '.join(DATASETS)}")
-    if name in ("digits", "breast-cancer"):
+    """Load a data set by name from ``root`` (or, without one, the default folders); download only when asked."""
+    found = locate(name, root, download)
+    if name in _BUNDLED:
         return _load_sklearn(name)
-    found = _find(name, root)
-    if found is None and download:
+    if found is None:
         _download(name, root)
         found = _find(name, root)
-    if found is None:
-        searched = ", ".join(str(p) for p in _search_bases(name, root))
-        raise UserError(
-            f"dataset '{name}' not found under {searched}: "
-            "pass --data-root DIR holding the original files, or add --download"
-        )
+        if found is None:
+            raise UserError(_missing(name, root))
     if name == "cifar10":
         x_train, y_train, x_test, y_test = _read_cifar(found)
     else:
@@ -96,6 +91,43 @@ def load_dataset(name: str, root: str | Path | None = None, download: bool = Fal
         y_test=torch.from_numpy(y_test.astype(np.int64)),
         num_classes=10,
     )
+
+
+def locate(name: str, root: str | Path | None = None, download: bool = False) -> Path | None:
+    """The folder holding data set ``name``'s files; None for a bundled data set or one still to download.
+
+    Cheap (no file is read), so bad input is refused before anything loads: an unknown name, a ``root`` that is
+    not an existing directory, or files found nowhere when ``download`` is off all raise UserError.
+    """
+    if name not in DATASETS:
+        raise UserError(f"unknown dataset '{name}': choose one of {', '.join(DATASETS)}")
+    base = Path(root).expanduser() if root is not None else None
+    if base is not None and not base.is_dir():
+        problem = "is not a directory" if base.exists() else "does not exist"
+        raise UserError(f"data.root = {str(root)!r} {problem}: pass --data-root an existing directory holding "
+                        f"the data set's files")
+    if name in _BUNDLED:
+        return None
+    found = _find(name, root)
+    if found is None and not download:
+        raise UserError(_missing(name, root))
+    return found
+
+
+def _missing(name: str, root: str | Path | None) -> str:
+    """What was searched, which files were expected, and the two fixes."""
+    if name == "cifar10":
+        files = f"{_CIFAR_DIR}/ with {', '.join(_CIFAR_FILES)}"
+    else:
+        files = ", ".join(_IDX_FILES.values()) + " (each may end in .gz)"
+    if root is not None:
+        base = Path(root).expanduser()
+        folders = ", ".join(str(p) for p in _candidate_dirs(name, base))
+        return (f"data.root = {str(root)!r} does not hold {name}: expected {files} in one of {folders}; "
+                f"point --data-root at them, or add --download to fetch them there")
+    searched = ", ".join(str(p) for p in _search_bases(name, None))
+    return (f"dataset '{name}' not found under {searched} (expected {files}): "
+            f"pass --data-root DIR holding the original files, or add --download")
 
 
 def _load_sklearn(name: str) -> Dataset:
@@ -133,8 +165,11 @@ def _normalize_images(images: np.ndarray, mean: tuple[float, ...], std: tuple[fl
 
 
 def _search_bases(name: str, root: str | Path | None) -> list[Path]:
-    """Base folders in priority order: explicit root, $EDGEML_DATA, the user cache, then system packages."""
-    bases = [Path(root).expanduser()] if root is not None else []
+    """Base folders in priority order: an explicit root alone (the one a run's config records), otherwise
+    $EDGEML_DATA, the user cache, then system packages."""
+    if root is not None:
+        return [Path(root).expanduser()]
+    bases = []
     if os.environ.get("EDGEML_DATA"):
         bases.append(Path(os.environ["EDGEML_DATA"]).expanduser())
     bases.append(_cache_dir(name))

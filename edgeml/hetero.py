@@ -63,15 +63,23 @@ def speeds(profile: str, n: int) -> list[float]:
             times = [float(x) for x in p.split(":")]
         except ValueError:
             raise UserError(f"cluster.hetero = {profile!r}: ratios must be numbers like 1:1:3") from None
-        if len(times) != n or any(t <= 0 for t in times):
-            raise UserError(f"cluster.hetero = {profile!r} gives {len(times)} positive step-time ratios "
-                            f"but there are {n} workers: give one ratio per worker")
+        bad = [t for t in times if not (math.isfinite(t) and t > 0)]
+        if bad:
+            raise UserError(f"cluster.hetero = {profile!r} has the step-time ratio {bad[0]:g}: every ratio must be "
+                            f"a finite number > 0, like 1:1:3")
+        if len(times) != n:
+            raise UserError(f"cluster.hetero = {profile!r} gives {len(times)} step-time ratios but there are {n} "
+                            f"workers: give one ratio per worker (or --workers {len(times)})")
         return [1.0 / t for t in times]
-    m = re.fullmatch(r"h\s*=\s*([0-9.]+)", p)
+    m = re.fullmatch(r"h\s*=\s*(.*)", p)
     if m:
-        h = float(m.group(1))
-        if h < 1 or (n == 1 and h != 1):
-            raise UserError(f"cluster.hetero = {profile!r}: H must be >= 1 (and 1 with a single worker)")
+        try:
+            h = float(m.group(1))
+        except ValueError:
+            h = math.nan
+        if not math.isfinite(h) or h < 1 or (n == 1 and h != 1):
+            raise UserError(f"cluster.hetero = {profile!r}: H must be a finite number >= 1, like H=3.2 "
+                            f"(and H=1 with a single worker)")
         vmax = 2 * h - 1
         return [1.0 + (vmax - 1.0) * i / (n - 1) for i in range(n)] if n > 1 else [1.0]
     if p == "ec2":
@@ -154,20 +162,29 @@ class Cluster:
         return 2 * (n - 1) * (lat + (nbytes / n / bw if bw < math.inf else 0.0))
 
 
-def _entries(items: list[dict], key: str, required: dict[str, type], n: int) -> list[dict]:
-    out = []
+def _inline(item: dict) -> str:
+    """A table as TOML writes it inline, for messages: ``{worker = 0, time = 5.0}``."""
+    return "{" + ", ".join(f"{k} = {v!r}" for k, v in item.items()) + "}"
+
+
+def _entries(items: list, key: str, bounds: dict[str, float], n: int, required: tuple[str, ...]) -> list[dict]:
+    """Check the tables of a list setting: known keys, the ``required`` ones present, ``worker`` an index,
+    every other value a finite number >= its bound in ``bounds``."""
+    allowed = ("worker", *bounds)
     for item in items:
         if not isinstance(item, dict):
             raise UserError(f"{key} entries must be tables like {{worker = 0, ...}}, got {item!r}")
-        missing = [k for k in required if k not in item]
-        unknown = [k for k in item if k not in required]
-        if missing or unknown:
-            raise UserError(f"{key} entry {item!r}: needs exactly the keys {', '.join(required)}")
+        where = f"{key} entry {_inline(item)}"
+        if any(k not in allowed for k in item) or any(k not in item for k in required):
+            raise UserError(f"{where}: use the keys {', '.join(allowed)} ({', '.join(required)} required)")
         w = item["worker"]
-        if not isinstance(w, int) or not 0 <= w < n:
-            raise UserError(f"{key} entry {item!r}: worker must be an index in 0..{n - 1}")
-        out.append(item)
-    return out
+        if isinstance(w, bool) or not isinstance(w, int) or not 0 <= w < n:
+            raise UserError(f"{where}: worker must be an index in 0..{n - 1}")
+        for k, low in bounds.items():
+            v = item.get(k, low)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < low:
+                raise UserError(f"{where}: {k} = {v!r} must be a finite number >= {low:g}")
+    return items
 
 
 def build_cluster(cfg) -> Cluster:
@@ -176,15 +193,19 @@ def build_cluster(cfg) -> Cluster:
     v = speeds(cfg.cluster.hetero, n)
     vmax = max(v)
     factors = [vmax / x for x in v]
-    slow = [Slowdown(e["worker"], float(e["start"]), float(e["end"]), float(e["factor"]))
-            for e in _entries([e for e in cfg.cluster.slowdowns if not (isinstance(e, dict) and "node" in e)],
-                              "cluster.slowdowns",  # entries naming a node set are edgeml.env's
-                              {"worker": int, "start": float, "end": float, "factor": float}, n)]
-    for s in slow:
-        if s.factor <= 0 or s.end <= s.start:
-            raise UserError(f"cluster.slowdowns: {s} needs factor > 0 and end > start")
-    crashes = {e["worker"]: float(e["time"])
-               for e in _entries(cfg.cluster.crashes, "cluster.crashes", {"worker": int, "time": float}, n)}
+    slow = []
+    for e in _entries([e for e in cfg.cluster.slowdowns if not (isinstance(e, dict) and "node" in e)],
+                      "cluster.slowdowns",  # entries naming a node set are edgeml.env's
+                      {"start": 0, "end": 0, "factor": 0}, n,
+                      ("worker", "start", "end", "factor")):
+        if e["factor"] <= 0 or e["end"] <= e["start"]:
+            raise UserError(f"cluster.slowdowns entry {_inline(e)}: needs factor > 0 and end > start")
+        slow.append(Slowdown(e["worker"], float(e["start"]), float(e["end"]), float(e["factor"])))
+    crashes: dict[int, float] = {}
+    for e in _entries(cfg.cluster.crashes, "cluster.crashes", {"time": 0}, n, ("worker", "time")):
+        if e["worker"] in crashes:
+            raise UserError(f"cluster.crashes lists worker {e['worker']} twice: give one crash time per worker")
+        crashes[e["worker"]] = float(e["time"])
     net = cfg.network
 
     def bps(mbps: float) -> float:
@@ -192,17 +213,9 @@ def build_cluster(cfg) -> Cluster:
 
     base = Link(net.latency_s, bps(net.up_mbps), bps(net.down_mbps), net.commit_delay_s)
     links = {w: base for w in range(n)}
-    allowed = {"worker": int, "latency_s": float, "up_mbps": float, "down_mbps": float}
-    for e in net.links:
-        if not isinstance(e, dict) or "worker" not in e or any(k not in allowed for k in e):
-            raise UserError(f"network.links entry {e!r}: use keys {', '.join(allowed)} (worker required)")
-        w = e["worker"]
-        if not isinstance(w, int) or not 0 <= w < n:
-            raise UserError(f"network.links entry {e!r}: worker must be an index in 0..{n - 1}")
-        if any(e.get(k, 0) < 0 for k in ("latency_s", "up_mbps", "down_mbps")):
-            raise UserError(f"network.links entry {e!r}: values must be >= 0")
-        old = links[w]
-        links[w] = Link(e.get("latency_s", old.latency_s),
-                        bps(e["up_mbps"]) if "up_mbps" in e else old.up_Bps,
-                        bps(e["down_mbps"]) if "down_mbps" in e else old.down_Bps, old.extra_s)
+    for e in _entries(net.links, "network.links", {"latency_s": 0, "up_mbps": 0, "down_mbps": 0}, n, ("worker",)):
+        old = links[e["worker"]]
+        links[e["worker"]] = Link(float(e.get("latency_s", old.latency_s)),
+                                  bps(e["up_mbps"]) if "up_mbps" in e else old.up_Bps,
+                                  bps(e["down_mbps"]) if "down_mbps" in e else old.down_Bps, old.extra_s)
     return Cluster(factors, slow, crashes, cfg.cluster.crash_prob, links)

@@ -82,6 +82,11 @@ def build_job(cfg, base_step_s: float | None = None) -> Job:
         raise UserError(f"{n} workers but only {len(ds.y_train)} training samples: use fewer workers")
     shards = partition(ds.y_train, n, cfg.data.partition, seed=cfg.run.seed, alpha=cfg.data.alpha,
                        shards_per_part=cfg.data.shards_per_worker)
+    smallest = min(range(n), key=lambda w: len(shards[w]))
+    if cfg.data.batch_size > len(shards[smallest]):
+        raise UserError(f"data.batch_size = {cfg.data.batch_size} is larger than worker {smallest}'s share of "
+                        f"{len(shards[smallest])} training samples ({cfg.data.partition} split of {len(ds.y_train)} "
+                        f"over {n} workers): use --batch-size {len(shards[smallest])} or less, or fewer workers")
     torch.manual_seed(cfg.run.seed)
     model = build_model(model_name, ds.input_shape, ds.num_classes, width=cfg.model.width)
     init, _ = flatten_module(model)

@@ -1,4 +1,4 @@
-"""The command line: bad input gives one line, exit code 2, no traceback and no run directory."""
+"""The command line: bad input gives one line, exit code 2, no traceback, no run directory, and no torch."""
 
 from __future__ import annotations
 
@@ -17,39 +17,186 @@ ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
 
 
-def cli(*args):
+def cli(*args, env: dict | None = None):
     return subprocess.run([sys.executable, "-m", "edgeml", *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
 
 
-@pytest.mark.parametrize("args, needle", [
+def hermetic_env(home: Path) -> dict:
+    """No user data: an empty HOME (the data cache lives under it) and no $EDGEML_DATA."""
+    env = {k: v for k, v in os.environ.items() if k != "EDGEML_DATA"}
+    return {**env, "HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"), "PYTHONPATH": str(ROOT)}
+
+
+# Each case: arguments after `edgeml` ({out} is a fresh path under the case's folder; {file}, {dir}, {binary} are
+# a text file, an empty directory and a binary file there) and a text the one-line message must contain.
+# Every case but the LATE ones is refused before torch is imported.
+BAD = [
     (["run", "nosuch"], "unknown algorithm 'nosuch'"),
     (["run", "bsp", "--workers", "0"], "cluster.workers = 0"),
-    (["run", "bsp", "--workers", "5000"], "5000 workers but only"),
+    (["run", "bsp", "--workers", "-3"], "cluster.workers = -3"),
     (["run", "ssp", "--set", "ssp.staleness=-1"], "ssp.staleness = -1"),
     (["run", "bsp", "--set", "bsp.lr=-0.1"], "bsp.lr = -0.1"),
+    (["run", "bsp", "--set", "bsp.lr=nan"], "bsp.lr = nan is not a finite number"),
+    (["run", "asp", "--set", "asp.global_lr=inf"], "asp.global_lr = inf"),
+    (["run", "adsp", "--set", "adsp.check_period_s=nan"], "adsp.check_period_s = nan"),
+    (["run", "adacomm", "--set", "adacomm.tau_candidates=[1, nan]"], "adacomm.tau_candidates[1] = nan"),
     (["run", "bsp", "--set", "stop.nosuch=1"], "unknown config key 'stop.nosuch'"),
     (["run", "bsp", "--set", "nosection.x=1"], "unknown config section [nosection]"),
     (["run", "bsp", "--set", "novalue"], "is malformed"),
-    (["run", "bsp", "--dataset", "mnist"], "--download"),
     (["run", "bsp", "--dataset", "nosuch"], "unknown dataset"),
-    (["run", "bsp", "--model", "nosuch"], "unknown model"),
+    (["run", "bsp", "--dataset", "mnist"], "--download"),
     (["run", "bsp", "--hetero", "1:2"], "one ratio per worker"),
     (["run", "bsp", "--hetero", "weird"], "unknown heterogeneity profile"),
+    (["run", "bsp", "--hetero", "1:inf:1", "--workers", "3"], "step-time ratio inf"),
+    (["run", "bsp", "--hetero", "1:nan:1", "--workers", "3"], "step-time ratio nan"),
+    (["run", "bsp", "--hetero", "1:0:1", "--workers", "3"], "step-time ratio 0"),
+    (["run", "bsp", "--hetero", "H=inf"], "H must be a finite number >= 1"),
+    (["run", "bsp", "--hetero", "H=1.2.3"], "H must be a finite number >= 1"),
     (["run", "bsp", "--network", "moon"], "unknown network profile"),
     (["run", "bsp", "--backend", "gpu"], "run.backend = 'gpu'"),
     (["run", "bsp", "--max-time", "-1"], "stop.max_time = -1"),
+    (["run", "bsp", "--max-time", "nan"], "stop.max_time = nan"),
+    (["run", "bsp", "--max-time", "inf", "--backend", "sim"], "stop.max_time = inf"),
     (["run", "bsp", "--max-time", "0"], "no stopping rule"),
+    (["run", "bsp", "--max-steps", "-1"], "stop.max_steps = -1"),
+    (["run", "bsp", "--seed", "-1"], "run.seed = -1"),
+    (["run", "bsp", "--seed", str(2**32)], "run.seed = 4294967296"),
+    (["run", "bsp", "--target-accuracy", "nan"], "stop.target_accuracy = nan"),
+    (["run", "bsp", "--target-accuracy", "1.5"], "stop.target_accuracy = 1.5"),
+    (["run", "bsp", "--target-loss", "-inf"], "stop.target_loss = -inf"),
+    (["run", "bsp", "--batch-size", "0"], "data.batch_size = 0"),
+    (["run", "bsp", "--set", "data.alpha=0"], "data.alpha = 0"),
+    (["run", "bsp", "--set", "network.latency_s=nan"], "network.latency_s = nan"),
+    (["run", "bsp", "--set", "network.up_mbps=-1"], "network.up_mbps = -1"),
+    (["run", "bsp", "--set", "eval.interval=0"], "eval.interval = 0"),
+    (["run", "bsp", "--set", "eval.test_samples=-1"], "eval.test_samples = -1"),
+    (["run", "bsp", "--set", "run.threads=0"], "run.threads = 0"),
+    (["run", "bsp", "--set", "stop.window=1"], "stop.window = 1"),
     (["run", "bsp", "--set", "cluster.crash_prob=2"], "cluster.crash_prob = 2"),
+    (["run", "bsp", "--set", "cluster.base_step_s=inf"], "cluster.base_step_s = inf"),
     (["run", "bsp", "--set", "cluster.crashes=[{worker=9, time=1.0}]"], "worker must be an index"),
+    (["run", "bsp", "--set", "cluster.crashes=[{worker=1, time=-1.0}]"], "time = -1.0 must be"),
+    (["run", "bsp", "--set", "cluster.crashes=[{worker=1, time=1}, {worker=1, time=2}]"], "worker 1 twice"),
+    (["run", "bsp", "--set", "cluster.slowdowns=[{worker=0, start=2, end=1, factor=2}]"], "end > start"),
+    (["run", "bsp", "--set", "cluster.slowdowns=[{worker=0, start=0, end=1, factor=nan}]"],
+     "cluster.slowdowns[0].factor = nan"),
+    (["run", "bsp", "--set", "network.links=[{worker=0, up_mbps=-5}]"], "up_mbps = -5 must be"),
+    (["run", "bsp", "--set", "network.links=[{worker=0, speed=5}]"], "use the keys"),
+    (["run", "bsp", "--data-root", "/nonexistent"], "data.root = '/nonexistent' does not exist"),
+    (["run", "bsp", "--data-root", "{file}"], "is not a directory"),
+    (["run", "bsp", "--dataset", "mnist", "--data-root", "{dir}"], "does not hold mnist: expected train-images"),
     (["run", "bsp", "--config", "/nonexistent.toml"], "does not exist"),
-])
-def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, needle):
-    result = runner.invoke(app, [*args, "--out", str(tmp_path)])
-    assert result.exit_code == 2, result.output
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in result.output
-    assert not any(tmp_path.iterdir())
+    (["run", "bsp", "--config", "{dir}"], "is a directory"),
+    (["run", "bsp", "--config", "{binary}"], "not UTF-8"),
+    (["run", "bsp", "--out", "{file}"], "run.out"),
+    (["run", "bsp", "--out", "{file}/runs"], "lies under the file"),
+    (["run", "bsp", "--out", "/proc/edgeml-runs"], "not writable"),
+    (["run", "bsp", "--name", "../x"], "run.name = '../x'"),
+    (["run", "bsp", "--workers", "many"], "'--workers'"),
+    (["run", "bsp", "--nosuch"], "No such option: --nosuch"),
+    (["list", "nosuch"], "cannot list 'nosuch'"),
+]
+# Refused where the data is loaded, after torch, still before anything is written.
+LATE = [
+    (["run", "bsp", "--workers", "5000"], "5000 workers but only"),
+    (["run", "bsp", "--model", "nosuch"], "unknown model"),
+    (["run", "bsp", "--workers", "60", "--backend", "sim"], "data.batch_size = 32 is larger than worker"),
+    (["run", "bsp", "--batch-size", "400"], "use --batch-size 359 or less"),
+]
+
+# Calls the real entry point once per case in one process, so that torch's absence can be checked after each.
+DRIVER = r"""
+import contextlib, io, json, sys, traceback
+from edgeml.cli import main
+
+results = []
+for args in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    sys.argv = ["edgeml", *args]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code
+        except Exception:
+            code = "raised"
+            traceback.print_exc(file=err)
+    results.append({"code": code, "stdout": out.getvalue(), "stderr": err.getvalue(),
+                    "torch": "torch._C" in sys.modules})
+print(json.dumps(results))
+"""
+
+
+def _tree(root: Path) -> list[tuple[str, int]]:
+    return sorted((str(p.relative_to(root)), p.stat().st_size if p.is_file() else -1) for p in root.rglob("*"))
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory):
+    """Run every bad-input case through ``edgeml.cli.main``; per case its result and whether files changed."""
+    base = tmp_path_factory.mktemp("bad")
+    home = tmp_path_factory.mktemp("home")
+    cases = []
+    for i, (args, _) in enumerate(BAD + LATE):
+        folder = base / f"case{i}"
+        (folder / "dir").mkdir(parents=True)
+        (folder / "file").write_text("not a directory\n")
+        (folder / "binary").write_bytes(b"\xff\xfe\x00binary")
+        for key in ("out", "file", "dir", "binary"):
+            args = [a.replace("{%s}" % key, str(folder / key)) for a in args]
+        if args[0] == "run" and "--out" not in args:
+            args += ["--out", str(folder / "out")]
+        cases.append((args, folder, _tree(folder)))
+    p = subprocess.run([sys.executable, "-c", DRIVER, json.dumps([a for a, _, _ in cases])], capture_output=True,
+                       text=True, timeout=600, env=hermetic_env(home))
+    assert p.returncode == 0, p.stderr
+    results = json.loads(p.stdout)
+    return [{**r, "unchanged": _tree(folder) == before} for r, (_, folder, before) in zip(results, cases)]
+
+
+@pytest.mark.parametrize("i", range(len(BAD) + len(LATE)), ids=[" ".join(a) for a, _ in BAD + LATE])
+def test_bad_input_is_one_line_exit_2_writes_nothing(refusals, i):
+    needle = (BAD + LATE)[i][1]
+    r = refusals[i]
+    lines = r["stderr"].strip().splitlines()
+    assert r["code"] == 2, r
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], r["stderr"]
+    assert "Traceback" not in r["stderr"] and r["stdout"] == ""
+    assert r["unchanged"], "the case wrote files"
+    if i < len(BAD):
+        assert not r["torch"], "torch was imported before the input was refused"
+
+
+def test_refusal_without_torch_is_the_entry_point_behaviour():
+    """The console script and ``python -m edgeml`` go through ``main``: a refusal there leaves torch unloaded."""
+    code = ("import sys; from edgeml.cli import main; sys.argv = ['edgeml', 'run', 'bsp', '--max-time', 'nan']\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    print(e.code, 'torch._C' in sys.modules, "
+            "type(sys.modules['torch']).__name__)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.stdout.split() == ["2", "False", "_Deferred"], p.stdout + p.stderr
+
+
+def test_deferred_torch_loads_in_place_on_first_use():
+    code = ("import sys; from edgeml.cli import _defer_torch; _defer_torch()\n"
+            "import torch; stand_in = torch; assert 'torch._C' not in sys.modules\n"
+            "from torch import nn\n"
+            "print(stand_in is sys.modules['torch'], type(stand_in).__name__, torch.ones(2).sum().item(), "
+            "nn.Linear.__module__)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.stdout.split() == ["True", "module", "2.0", "torch.nn.modules.linear"], p.stdout + p.stderr
+
+
+def test_cli_runner_refusal_names_the_key(tmp_path, monkeypatch):
+    """Through the Typer app directly (no deferred torch), with HOME pointing at an empty folder."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("EDGEML_DATA", raising=False)
+    result = runner.invoke(app, ["run", "bsp", "--dataset", "mnist", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "--download" in result.stderr and str(tmp_path / "home") in result.stderr
+    assert not (tmp_path / "o").exists()
 
 
 def test_malformed_toml(tmp_path):
@@ -75,8 +222,69 @@ def test_config_file_and_overrides_compose(tmp_path):
 
 def test_list_shows_everything():
     out = cli("list").stdout
-    for name in ("bsp", "ssp", "asp", "digits", "fashion-mnist", "adacomp-cnn", "ec2", "H=x", "edge"):
+    for name in ("bsp", "ssp", "asp", "digits", "fashion-mnist", "adacomp-cnn", "ec2", "H=x", "A:B:C", "edge",
+                 "edgeml list settings"):
         assert name in out
+
+
+def _settings_docs():
+    from edgeml.algorithms import REGISTRY
+    from edgeml.config import COMMON_SECTIONS, describe_fields
+
+    for section, cls in [*COMMON_SECTIONS.items(), *((s.name, s.config) for s in REGISTRY.values())]:
+        for name, _, _, doc in describe_fields(cls):
+            yield section, name, doc.replace("``", "")
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_list_settings_fit_the_terminal(columns):
+    env = {"COLUMNS": str(columns)}
+    out = cli("list", "settings", env=env).stdout + cli("list", "algorithms", env=env).stdout
+    assert max(len(line) for line in out.splitlines()) <= columns
+    lines = out.splitlines()
+    for section, name, doc in _settings_docs():
+        assert any(f"│ {name} " in line and doc.split()[0] in line for line in lines), f"{section}.{name}"
+
+
+def test_list_settings_document_every_field():
+    """On a wide terminal each setting is one row holding its whole docstring, printed as written (no markup,
+    no emoji codes), with inherited fields documented too."""
+    env = {"COLUMNS": "400"}
+    out = cli("list", "settings", env=env).stdout + cli("list", "algorithms", env=env).stdout
+    for section, name, doc in _settings_docs():
+        assert doc, f"{section}.{name} has no docstring"
+        assert f"--set {section}.NAME=VALUE" in out
+        assert any(f"│ {name} " in line and doc in line for line in out.splitlines()), f"{section}.{name}"
+    assert "[{worker = 0, start = 10.0, end = 20.0, factor = 3.0}]" in out and "1:1:3" in out
+    ssp = cli("list", "ssp", env=env).stdout
+    assert "staleness" in ssp and "Local learning rate eta'" in ssp and "cluster" not in ssp
+
+
+def test_help_documents_what_zero_means():
+    out = " ".join(cli("run", "--help", env={"COLUMNS": "200"}).stdout.split())
+    for text in ("0: no step limit", "0: no time limit", "0: no target"):
+        assert text in out
+
+
+def test_preparing_line_on_a_terminal_only(monkeypatch):
+    """Before torch, the data and calibration (seconds) a terminal user sees what is happening; logs stay clean."""
+    import io
+
+    from rich.console import Console
+
+    import edgeml.cli as cli_module
+    from edgeml.config import load_config
+
+    cfg = load_config(overrides=["cluster.workers=3"])
+    for terminal in (True, False):
+        buf = io.StringIO()
+        monkeypatch.setattr(cli_module, "err", Console(file=buf, force_terminal=terminal, width=200))
+        cli_module._preparing(cfg)
+        text = buf.getvalue()
+        if terminal:
+            assert "preparing bsp (procs, 3 workers)" in text and "calibrating the host" in text
+        else:
+            assert text == ""
 
 
 def test_sim_run_end_to_end_prints_the_run_directory(tmp_path):

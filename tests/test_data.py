@@ -78,6 +78,37 @@ def test_missing_dataset_names_both_fixes(tmp_path: Path) -> None:
     assert "--data-root" in msg and "--download" in msg and str(tmp_path) in msg and "\n" not in msg
 
 
+def test_root_is_the_only_place_searched(tmp_path: Path, isolated_home: Path) -> None:
+    """A given root is what the run's config records, so data elsewhere (here the cache) is never read instead."""
+    write_mnist_like(isolated_home / ".cache" / "edgeml" / "mnist", seed=2)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError) as err:
+        load_dataset("mnist", root=tmp_path / "empty")
+    msg = str(err.value)
+    assert f"data.root = '{tmp_path / 'empty'}' does not hold mnist" in msg
+    assert all(stem in msg for stem in IDX_STEMS.values()) and str(isolated_home) not in msg
+
+
+@pytest.mark.parametrize("name", ["mnist", "cifar10", "digits"])
+def test_root_must_be_an_existing_directory(tmp_path: Path, name: str) -> None:
+    with pytest.raises(UserError, match="does not exist: pass --data-root an existing directory"):
+        load_dataset(name, root=tmp_path / "nonexistent")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UserError, match="is not a directory"):
+        data.locate(name, root=tmp_path / "file")
+
+
+def test_locate_finds_without_reading(tmp_path: Path) -> None:
+    """``locate`` (run before anything loads) only checks that the files exist; reading them comes later."""
+    write_mnist_like(tmp_path / "MNIST" / "raw", gz=False)
+    (tmp_path / "MNIST" / "raw" / IDX_STEMS["train_x"]).write_bytes(b"garbage")
+    assert data.locate("mnist", root=tmp_path) == tmp_path / "MNIST" / "raw"
+    with pytest.raises(UserError, match="magic"):
+        load_dataset("mnist", root=tmp_path)
+    assert data.locate("mnist", root=tmp_path / "MNIST", download=True) is None  # to be fetched there
+    assert data.locate("digits") is None  # bundled
+
+
 def test_corrupt_magic_is_user_error(tmp_path: Path) -> None:
     write_mnist_like(tmp_path, gz=False)
     path = tmp_path / IDX_STEMS["train_x"]

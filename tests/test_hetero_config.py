@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import typing
 
 import pytest
 
-from edgeml.config import Config, load_config, parse_overrides, parse_set_value
+from edgeml.config import COMMON_SECTIONS, RANGES, Config, load_config, parse_overrides, parse_set_value, read_toml
 from edgeml.errors import UserError
 from edgeml.hetero import Link, build_cluster, heterogeneity_degree, speeds
 
@@ -27,10 +29,65 @@ def test_named_profiles():
     assert sum(v < 0.1 for v in mix) == 2  # two CPUs among six devices, as in esync.txt
 
 
-@pytest.mark.parametrize("bad", ["1:2", "0:1:1", "H=0.5", "x", "1:a:2"])
-def test_bad_profiles(bad):
-    with pytest.raises(UserError):
+@pytest.mark.parametrize("bad, message", [
+    ("1:2", "gives 2 step-time ratios but there are 3 workers"), ("0:1:1", "step-time ratio 0:"),
+    ("1:0:1", "step-time ratio 0:"), ("1:inf:1", "step-time ratio inf:"), ("1:nan:1", "step-time ratio nan:"),
+    ("1:-2:1", "step-time ratio -2:"), ("H=0.5", "H must be"), ("H=inf", "H must be"), ("H=nan", "H must be"),
+    ("H=1.2.3", "H must be"), ("x", "unknown heterogeneity profile"), ("1:a:2", "ratios must be numbers"),
+])
+def test_bad_profiles(bad, message):
+    with pytest.raises(UserError) as err:
         speeds(bad, 3)
+    assert message in str(err.value)
+
+
+def test_every_common_number_has_a_range():
+    """The walk refuses nan and inf everywhere; a range must exist for every number of the common sections."""
+    for section, cls in COMMON_SECTIONS.items():
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if hints[f.name] in (int, float):
+                assert f"{section}.{f.name}" in RANGES, f"{section}.{f.name} has no range"
+    assert set(RANGES) <= {f"{s}.{f.name}" for s, cls in COMMON_SECTIONS.items() for f in dataclasses.fields(cls)}
+
+
+@pytest.mark.parametrize("override, message", [
+    ("stop.max_time=nan", "stop.max_time = nan is not a finite number: use a number >= 0 (0 means no time limit)"),
+    ("stop.max_time=inf", "stop.max_time = inf is not a finite number"),
+    ("run.seed=-1", "run.seed = -1 is out of range: use a whole number in [0, 4294967295]"),
+    ("data.alpha=0.0", "data.alpha = 0.0 is out of range: use a number > 0"),
+    ("stop.target_accuracy=2", "stop.target_accuracy = 2.0 is out of range: use a number in [0, 1]"),
+    ("ssp.staleness=-1", "ssp.staleness = -1"),
+    ("ssp.lr=nan", "ssp.lr = nan is not a finite number: use a finite number"),
+    ("cluster.crashes=[{worker=0, time=nan}]", "cluster.crashes[0].time = nan is not a finite number"),
+    ("network.links=[{worker=0, latency_s='x'}]", "latency_s = 'x' must be a finite number >= 0"),
+    ("network.links=[{worker=true}]", "worker must be an index"),
+    ("run.name='a/b'", "run.name = 'a/b' is not a single directory name"),
+])
+def test_config_refusals_name_key_value_and_range(override, message):
+    with pytest.raises(UserError) as err:
+        load_config(overrides=["run.algorithm='ssp'", override])
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_out_must_be_a_writable_directory_path(tmp_path):
+    f = tmp_path / "f"
+    f.write_text("x")
+    with pytest.raises(UserError, match="is a file"):
+        load_config(overrides=[f"run.out='{f}'"])
+    with pytest.raises(UserError, match="lies under the file"):
+        load_config(overrides=[f"run.out='{f}/deeper/runs'"])
+    with pytest.raises(UserError, match="not writable"):
+        load_config(overrides=["run.out='/proc/edgeml-runs'"])
+    assert load_config(overrides=[f"run.out='{tmp_path}/new/runs'"]).run.out.endswith("new/runs")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]  # checking created nothing
+
+
+def test_config_path_must_be_a_file(tmp_path):
+    with pytest.raises(UserError, match="is a directory"):
+        read_toml(tmp_path)
+    with pytest.raises(UserError, match="does not exist"):
+        read_toml(tmp_path / "none.toml")
 
 
 def test_cluster_factors_and_links():
