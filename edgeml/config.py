@@ -176,11 +176,9 @@ class EvalSection:
 @dataclass
 class LoadSection:
     schedule: list[dict] = field(default_factory=list)
-    """Co-running workloads: ``[{node = 0, kind = "cpu", intensity = 0.5, start = 0, end = 30}]``. ``node``: a
-    node set (``edgeml.env``); ``kind``: ``cpu`` (u of a core), ``disk`` (u x disk_MBps read and written),
-    ``net`` (u x net_MBps over loopback) or ``io`` (disk and net); intensity u in (0, 1]; start and end in seconds
-    on the run's clock (end omitted: until the run ends). procs runs real processes, sim slows the node by the
-    model in ``edgeml.env``."""
+    """Co-running workloads ``[{node = 0, kind = "cpu", intensity = 0.5, start = 0, end = 30}]``: kind cpu,
+    disk, net or io (disk and net), intensity u in (0, 1], end omitted = until the run ends; real processes in
+    procs, the model of ``edgeml.env`` in sim."""
     cores: int = 1
     """Cores of each node's share of its host, which its training and its workloads compete for (procs pins
     them there; sim's model)."""

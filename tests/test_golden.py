@@ -33,6 +33,9 @@ GOLDEN = {
              "adsp.probe_samples=256"],
     "adacomm": ["adacomm.trial_s=0.3", "adacomm.adapt_period_s=0.5", "adacomm.lr_decay_s=2"],
     "fixed_adacomm": ["fixed_adacomm.trial_s=0.3", "fixed_adacomm.lr_decay_s=2"],
+    "adacomp": [],
+    "asgd": [],
+    "comp_asgd": [],
 }
 
 
