@@ -5,13 +5,15 @@ Run directory (format 1; tables are rebuilt from it alone):
     config.toml     the resolved configuration
     meta.json       edgeml version, format, git SHA, seed, host, backend, threads, calibration, status
                     (running, completed, stalled, interrupted, failed), stop reason, duration
-    evals.csv       time_s, total_steps, total_samples, total_bytes, ps_ingress_bytes, loss, accuracy,
-                    messages_lost
+    evals.csv       time_s, total_steps, total_samples, total_bytes, total_byte_hops, ps_ingress_bytes, loss,
+                    accuracy, messages_lost, then the algorithm's counters (``Node.count``: rounds, iterations,
+                    epochs, commits; a column appears when first counted, earlier rows read 0)
     nodes.csv       one row per node: rank, role, index, compute_s, comm_s, wait_s, alive_s, steps, samples,
-                    messages_sent, bytes_sent, messages_lost, messages_recv, bytes_recv, crashed, crash_time_s
+                    messages_sent, bytes_sent, messages_lost, messages_recv, bytes_recv, byte_hops, crashed,
+                    crash_time_s
     messages.csv    one row per node and message tag: rank, role, tag, messages_sent, bytes_sent,
                     messages_lost, min_bytes, max_bytes (the smallest and largest message; tag ``all_reduce``
-                    counts a ring all-reduce's share, see ``edgeml.runtime.base``)
+                    counts a ring all-reduce's share, see ``edgeml.runtime.base``), byte_hops
     series/*.csv    algorithm time series (time_s, rank, role, fields...): e.g. staleness, decisions
     summary.json    headline numbers (see ``summarize``)
     error.txt       only when a node program raised: which node (role, index, rank), when, and the traceback
@@ -32,16 +34,15 @@ from typing import Any, Callable
 
 import torch
 
-from edgeml.runtime.base import Counters, NodeInfo, TagCounters
+from edgeml.runtime.base import EVAL_COLUMNS, Counters, NodeInfo, TagCounters
 from edgeml.train import Evaluator, Job
 
 FORMAT_VERSION = 1
-EVAL_COLUMNS = ["time_s", "total_steps", "total_samples", "total_bytes", "ps_ingress_bytes", "loss", "accuracy",
-                "messages_lost"]
 NODE_COLUMNS = ["rank", "role", "index", "compute_s", "comm_s", "wait_s", "alive_s", "steps", "samples",
-                "messages_sent", "bytes_sent", "messages_lost", "messages_recv", "bytes_recv", "crashed",
+                "messages_sent", "bytes_sent", "messages_lost", "messages_recv", "bytes_recv", "byte_hops", "crashed",
                 "crash_time_s"]
-TAG_COLUMNS = ["rank", "role", "tag", "messages_sent", "bytes_sent", "messages_lost", "min_bytes", "max_bytes"]
+TAG_COLUMNS = ["rank", "role", "tag", "messages_sent", "bytes_sent", "messages_lost", "min_bytes", "max_bytes",
+               "byte_hops"]
 
 
 @dataclass
@@ -57,9 +58,11 @@ class Totals:
     steps: int = 0
     samples: int = 0
     bytes: int = 0
+    byte_hops: int = 0
     ps_ingress: int = 0
-    commits: int = 0
     messages_lost: int = 0
+    counts: dict[str, float] = field(default_factory=dict)
+    """The algorithm's counters (``Node.count``), summed over nodes."""
 
     @staticmethod
     def of(reports: list[NodeReport]) -> "Totals":
@@ -69,11 +72,12 @@ class Totals:
             t.steps += c.steps
             t.samples += c.samples
             t.bytes += c.bytes_sent
+            t.byte_hops += c.byte_hops
             t.messages_lost += c.messages_lost
             if r.info.role == "ps":
                 t.ps_ingress += c.bytes_recv
-            if r.info.role == "worker":
-                t.commits += c.messages_sent
+            for name, n in c.counts.items():
+                t.counts[name] = t.counts.get(name, 0) + n
         return t
 
 
@@ -104,13 +108,13 @@ class Monitor:
         else:
             loss, acc = math.nan, math.nan
         row = {"time_s": round(t, 6), "total_steps": totals.steps, "total_samples": totals.samples,
-               "total_bytes": totals.bytes, "ps_ingress_bytes": totals.ps_ingress, "messages_lost": totals.messages_lost, "loss": loss, "accuracy": acc,
-               "messages_lost": totals.messages_lost}
+               "total_bytes": totals.bytes, "total_byte_hops": totals.byte_hops, "ps_ingress_bytes": totals.ps_ingress,
+               "loss": loss, "accuracy": acc, "messages_lost": totals.messages_lost, **totals.counts}
         self.rows.append(row)
         if self.writer:
             self.writer.append_eval(row)
         if self.on_row:
-            self.on_row({**row, "commits": totals.commits})
+            self.on_row(row)
         self._check_targets(row)
         return row
 
@@ -156,8 +160,9 @@ class RunWriter:
         (path / "config.toml").write_text(tomli_w.dumps(_toml_safe(config)))
         self.meta = {"format": FORMAT_VERSION, **meta, "status": "running"}
         self.write_meta()
+        self.columns = list(EVAL_COLUMNS)
         self._evals = open(path / "evals.csv", "w", newline="")
-        self._eval_writer = csv.DictWriter(self._evals, fieldnames=EVAL_COLUMNS)
+        self._eval_writer = csv.DictWriter(self._evals, fieldnames=self.columns)
         self._eval_writer.writeheader()
         self._evals.flush()
 
@@ -167,8 +172,10 @@ class RunWriter:
         self = cls.__new__(cls)
         self.path = path
         self.meta = json.loads((path / "meta.json").read_text())
+        with open(path / "evals.csv", newline="") as f:
+            self.columns = next(csv.reader(f), None) or list(EVAL_COLUMNS)
         self._evals = open(path / "evals.csv", "a", newline="")
-        self._eval_writer = csv.DictWriter(self._evals, fieldnames=EVAL_COLUMNS)
+        self._eval_writer = csv.DictWriter(self._evals, fieldnames=self.columns)
         return self
 
     def close(self) -> None:
@@ -188,7 +195,21 @@ class RunWriter:
         return path
 
     def append_eval(self, row: dict[str, Any]) -> None:
-        self._eval_writer.writerow({k: _csv_value(row[k]) for k in EVAL_COLUMNS})
+        new = [k for k in row if k not in self.columns]
+        if new:  # an algorithm counter seen for the first time: rewrite the table with its column (rare)
+            self._evals.close()
+            with open(self.path / "evals.csv", newline="") as f:
+                old = list(csv.DictReader(f))
+            self.columns += new
+            tmp = self.path / "evals.csv.tmp"
+            with open(tmp, "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=self.columns, restval=0)
+                w.writeheader()
+                w.writerows(old)
+            tmp.replace(self.path / "evals.csv")
+            self._evals = open(self.path / "evals.csv", "a", newline="")
+            self._eval_writer = csv.DictWriter(self._evals, fieldnames=self.columns)
+        self._eval_writer.writerow({k: _csv_value(row.get(k, 0)) for k in self.columns})
         self._evals.flush()
 
     def finish(self, reports: list[NodeReport], series: list[tuple[str, dict]], evals: list[dict],
@@ -236,7 +257,7 @@ def _toml_safe(d: Any) -> Any:
 def node_row(r: NodeReport, duration: float) -> dict[str, Any]:
     end = r.crashed_at if r.crashed_at is not None else duration
     return {"rank": r.info.rank, "role": r.info.role, "index": r.info.index, **{
-        k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(r.counters).items()},
+        k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(r.counters).items() if k != "counts"},
         "alive_s": round(end, 6), "crashed": r.crashed_at is not None,
         "crash_time_s": "" if r.crashed_at is None else round(r.crashed_at, 6)}
 
@@ -271,8 +292,8 @@ def summarize(job: Job, reports: list[NodeReport], evals: list[dict], duration: 
         "seed": cfg.run.seed, "status": status, "stop_reason": reason, "duration_s": round(duration, 6),
         "final_accuracy": accs[-1] if accs else None, "best_accuracy": max(accs) if accs else None,
         "final_loss": losses[-1] if losses else None, "best_loss": min(losses) if losses else None,
-        "total_steps": totals.steps, "total_samples": totals.samples, "total_commits": totals.commits,
-        "total_bytes": totals.bytes, "ps_ingress_bytes": totals.ps_ingress, "messages_lost": totals.messages_lost,
+        "total_steps": totals.steps, "total_samples": totals.samples, "counts": totals.counts,
+        "total_bytes": totals.bytes, "total_byte_hops": totals.byte_hops, "ps_ingress_bytes": totals.ps_ingress, "messages_lost": totals.messages_lost,
         "compute_fraction": sum(r.counters.compute_s for r in workers) / alive,
         "comm_fraction": sum(r.counters.comm_s for r in workers) / alive,
         "wait_fraction": sum(r.counters.wait_s for r in workers) / alive,

@@ -9,9 +9,11 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from edgeml.runtime.base import EVAL_COLUMNS
+
 
 class RunProgress:
-    """One status line: elapsed clock, steps, commits, loss, accuracy; refreshed on every evaluation.
+    """One status line: clock, steps, the algorithm's counters, loss, accuracy; refreshed on every evaluation.
 
     It only appears once a run has lasted a couple of seconds, so short runs stay quiet.
     """
@@ -40,7 +42,8 @@ class RunProgress:
         loss = row["loss"]
         return Text.assemble(
             (f"{c.run.algorithm} ", "bold cyan"), f"{c.run.backend} w={c.cluster.workers}  ",
-            f"clock {row['time_s']:.1f}{budget} s  steps {row['total_steps']}  commits {row.get('commits', 0)}  ",
+            f"clock {row['time_s']:.1f}{budget} s  steps {row['total_steps']}  ",
+            "".join(f"{k} {v:g}  " for k, v in row.items() if k not in EVAL_COLUMNS),
             f"loss {loss:.4f}  " if not math.isnan(loss) else "", (f"acc {acc:.3f}" if not math.isnan(acc) else "", "green"))
 
     def update(self, row: dict) -> None:

@@ -8,6 +8,7 @@ exception instead and a procs run prints the traceback.
 from __future__ import annotations
 
 import getpass
+import math
 import os
 import platform
 import socket
@@ -55,6 +56,11 @@ def meta_for(cfg: Config, job: Job, calibration: dict) -> dict:
         "num_params": int(job.init_params.numel()), "started": datetime.now(timezone.utc).isoformat(),
         "calibration": calibration, "base_step_s": job.base_step_s,
         "step_factors": job.cluster.factors,
+        "nodes": {str(r): {"device": job.env.device(r), "speed_factor": job.env.factors[r],
+                           "degree": len(job.env.neighbours(r))} for r in job.env.ranks},
+        "topology": cfg.network.topology,
+        "link_outages": [{"start_s": o.start, "end_s": o.end if math.isfinite(o.end) else None,
+                          "links": sorted(list(e) for e in o.edges)} for o in job.env.topology.outages],
     }
 
 
@@ -75,8 +81,13 @@ def run(cfg: Config, *, quiet: bool = True, path: Path | None = None) -> Path:
     from edgeml.algorithms import get_algorithm
 
     spec = get_algorithm(cfg.run.algorithm)
-    if cfg.run.device == "cuda" and not torch.cuda.is_available():
-        raise UserError("run.device = cuda but no CUDA device is visible: use --device cpu")
+    from edgeml.env import build_env
+
+    env = build_env(cfg)
+    cuda = [r for r in env.ranks if env.device(r) == "cuda"]
+    if cuda and not torch.cuda.is_available():
+        raise UserError(f"{len(cuda)} node(s) set to run on cuda (run.device / cluster.devices) but no CUDA device "
+                        f"is visible: use --device cpu, or cluster.devices to put them on cpu")
     nodes = len(spec.nodes(cfg))
     if cfg.run.backend == "sim":
         return _run_sim(cfg, spec, path or run_dir_for(cfg), quiet)
@@ -86,6 +97,9 @@ def run(cfg: Config, *, quiet: bool = True, path: Path | None = None) -> Path:
     torchrun = procs.launched_by_torchrun()
     if torchrun:
         procs.check_world(cfg, nodes)
+        if env.workloads:
+            raise UserError("load.schedule is not supported under torchrun (the interfering processes run on the "
+                            "launching host only): run the co-running load experiment on one machine, or in sim")
     path = path or run_dir_for(cfg)
     job = build_job(cfg, base_step_s=0.0)  # refuses impossible data settings first
     if not torchrun:

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from edgeml.data import Dataset, load_dataset, partition
+from edgeml.env import Env, build_env
 from edgeml.hetero import Cluster, build_cluster
 from edgeml.models import build_model, loss_for
 
@@ -51,7 +52,17 @@ class Job:
     shards: list[torch.Tensor]
     init_params: torch.Tensor
     test_index: torch.Tensor
-    base_step_s: float
+    env: Env
+    """The run's world keyed by rank (devices, network, waits, co-running load: ``edgeml.env``)."""
+
+    @property
+    def base_step_s(self) -> float:
+        """Step time of a factor-1 device (calibrated in procs), kept in ``env``."""
+        return self.env.base_step_s
+
+    @base_step_s.setter
+    def base_step_s(self, value: float) -> None:
+        self.env.base_step_s = value
 
     @property
     def num_workers(self) -> int:
@@ -62,13 +73,14 @@ class Job:
         torch.manual_seed(self.cfg.run.seed)
         return build_model(self.model_name, ds.input_shape, ds.num_classes, width=self.cfg.model.width)
 
-    def trainer(self, worker: int, device: str = "cpu") -> "Trainer":
-        """Worker ``worker``'s trainer over its shard, starting from the common initial model."""
+    def trainer(self, worker: int, device: str = "cpu", gen: torch.Generator | None = None) -> "Trainer":
+        """Worker ``worker``'s trainer over its shard, starting from the common initial model (``gen``: the
+        node's own generator, ``node.gen``)."""
         ds = self.dataset
         idx = self.shards[worker]
         return Trainer(self.make_model(), loss_for(self.model_name), ds.x_train, ds.y_train, idx,
                        self.cfg.data.batch_size, seed=self.cfg.run.seed * 100_003 + worker,
-                       init=self.init_params, device=device)
+                       init=self.init_params, device=device, gen=gen)
 
 
 def build_job(cfg, base_step_s: float | None = None) -> Job:
@@ -94,9 +106,8 @@ def build_job(cfg, base_step_s: float | None = None) -> Job:
     n_test = len(ds.y_test)
     k = cfg.eval.test_samples or n_test
     test_index = torch.randperm(n_test, generator=g)[: min(k, n_test)].sort().values
-    if base_step_s is None:
-        base_step_s = cfg.cluster.base_step_s or 0.01
-    return Job(cfg, build_cluster(cfg), ds, model_name, shards, init, test_index, base_step_s)
+    env = build_env(cfg, base_step_s=base_step_s)
+    return Job(cfg, build_cluster(cfg), ds, model_name, shards, init, test_index, env)
 
 
 class Layer(NamedTuple):

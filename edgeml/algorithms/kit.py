@@ -216,12 +216,13 @@ def dense(update: torch.Tensor) -> dict[str, Any]:
 
 def ps_worker(node: Node, pack: Callable[[torch.Tensor], dict[str, Any]] = dense) -> None:
     """Compute a mini-batch gradient g, push ``pack(eta' g)`` with the batch loss, continue from the returned model."""
-    trainer = node.job.trainer(node.index, node.cfg.run.device)
+    trainer = node.trainer()
     ps = node.ranks("ps")[0]
     lr = node.algo.lr
     while True:
         loss = node.compute(trainer.gradient, samples=trainer.batch_size)
         node.push(ps, "push", **pack(trainer.grad * lr), loss=loss)
+        node.count("commits")
         trainer.params.copy_(node.recv(ps, "model")["params"])
 
 
@@ -231,7 +232,7 @@ class LocalWorker:
     def __init__(self, node: Node, cfg: LocalSGDConfig):
         self.node = node
         self.cfg = cfg
-        self.trainer = node.job.trainer(node.index, node.cfg.run.device)
+        self.trainer = node.trainer()
         self.update = self.trainer.params.new_zeros(self.trainer.params.shape)  # U_i
         self.steps = 0  # local steps since the last commit
 
@@ -252,6 +253,7 @@ class LocalWorker:
     def commit(self, ps: int, tag: str = "push", **data: Any) -> Message:
         """Push U (a failure point) with ``data``, wait for the PS's reply, continue from its model, reset U."""
         self.node.push(ps, tag, update=self.update, **data)
+        self.node.count("commits")
         msg = self.node.recv(ps, "model")
         self.trainer.params.copy_(msg["params"])
         self.update.zero_()

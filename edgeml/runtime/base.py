@@ -4,8 +4,10 @@ A node program is a plain function ``program(node: Node) -> None`` that loops fo
 raising ``StopRun`` out of whichever runtime call it is blocked in (so programs need no stopping logic).
 The interface is deliberately small, and shaped like the papers' pseudocode:
 
-- ``compute(fn)``: one training step on this node's device. The step's *duration* comes from the device
-  model (virtual in ``sim``, throttled wall time in ``procs``), never from the algorithm.
+- ``compute(fn, work=1.0, interrupt=None)``: one training step on this node's device. The step's
+  *duration* comes from the device model (virtual in ``sim``, throttled wall time in ``procs``), never from
+  the algorithm; ``work`` scales it (a partial batch, building aggregated data), and ``interrupt=(src, tag)``
+  ends it early when a matching message arrives (``compute`` then returns ``node.INTERRUPTED``).
 - ``send(dst, tag, **data)`` / ``recv(src=None, tag=None, timeout=None)``: point-to-point messages whose
   payload is tensors and scalars. ``push`` is a ``send`` marked as a failure point (``cluster.crash_prob``).
 - ``all_reduce(tensor, role, mean=False)``: a sum (or mean) over the live nodes of a role (ESync, SSGD).
@@ -15,11 +17,19 @@ The interface is deliberately small, and shaped like the papers' pseudocode:
   (averaging over nodes that expose one) without the algorithm's involvement, and without charging the
   node's clock.
 - ``log(series, **fields)``: a row of an algorithm-specific time series (staleness, decisions, ...).
-- ``rng``: this node's seeded ``random.Random`` (random peers, random waits).
+- ``rng`` / ``gen``: this node's seeded ``random.Random`` (random peers) and ``torch.Generator``
+  (stochastic rounding, sampling), so no algorithm couples nodes through a global random state.
+- ``trainer()``: this node's ``edgeml.train.Trainer`` over its shard, on its ``device`` (``cpu``/``cuda``).
+- ``neighbours()``: the ranks one link away in the run's topology whose links are up; ``load()``: what the
+  node's co-running workloads use (``edgeml.env``); ``count(name, n)``: a progress counter of the algorithm
+  (rounds, PS iterations, epochs), summed over nodes into a column of ``evals.csv``.
 
-**One message path.** A message's fate is decided here, once, in ``Node.send``: its arrival time (the link
-model of ``hetero.Cluster.message_delay`` behind the sender's uplink, which transmits one message at a time),
-whether it is lost (the destination is dead when it would arrive), and its bytes. A backend only delivers a
+**One message path.** A message's fate is decided here, once, in ``Node.send``: its arrival time (the route's
+cost in the run's topology, ``edgeml.env.Env.message``, behind the sender's uplink, which transmits one
+message at a time; messages between two nodes arrive in the order they were sent), whether it is lost (a
+failed link or no path left, or the destination is dead when it would arrive), and its bytes and byte-hops
+(bytes x links crossed, snap.txt Sec. II-B). ``push`` first waits the environment's random wait
+(``cluster.random_wait_s``, counted as waiting). A backend only delivers a
 message at its arrival time (``sim`` schedules an event, ``procs`` has the receiver hold it until then) and
 waits. Wire size of a message: the bytes of its tensors plus 8 bytes per scalar (int, float or bool). Tags
 and the transport's framing are not counted, so byte counts match the papers' accounting.
@@ -34,7 +44,8 @@ milliseconds) or from a failed connection.
 
 **all_reduce** sums over the members of the role that are alive when the last of them joins, in rank order
 (so ``sim`` is deterministic), and returns the sum (or the mean over those members). Its duration is the
-ring all-reduce model ``Cluster.all_reduce_time`` among them, and each member is charged what a ring moves:
+ring all-reduce model of the topology (``Topology.all_reduce_time``) among them, and each member is charged
+what a ring moves (its byte-hops: to its successor in rank order):
 2(n-1) messages and 2(n-1)/n x size bytes (rounded down) sent, the same received. A member that dies while
 waiting is left out; a crash never blocks the others.
 
@@ -49,7 +60,9 @@ blocked when the run ends counts as waiting, and a step cut short by the end cou
 
 from __future__ import annotations
 
+import math
 import random
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
@@ -118,6 +131,10 @@ class Counters:
     """Messages this node sent that were never delivered (the destination was dead)."""
     messages_recv: int = 0
     bytes_recv: int = 0
+    byte_hops: int = 0
+    """Bytes sent x links crossed (snap.txt Sec. II-B's communication cost)."""
+    counts: dict[str, float] = field(default_factory=dict)
+    """The algorithm's progress counters (``Node.count``)."""
 
 
 @dataclass
@@ -129,14 +146,16 @@ class TagCounters:
     messages_lost: int = 0
     min_bytes: int = 0
     max_bytes: int = 0
+    byte_hops: int = 0
 
-    def add(self, messages: int, nbytes: int, lost: bool = False) -> None:
+    def add(self, messages: int, nbytes: int, lost: bool = False, byte_hops: int = 0) -> None:
         size = nbytes // messages if messages else 0
         self.min_bytes = min(self.min_bytes, size) if self.messages_sent else size
         self.max_bytes = max(self.max_bytes, size)
         self.messages_sent += messages
         self.bytes_sent += nbytes
         self.messages_lost += messages if lost else 0
+        self.byte_hops += byte_hops
 
 
 @dataclass
@@ -184,8 +203,28 @@ def describe_blocked(blocked: list[tuple[NodeInfo, str]], limit: int = 6) -> str
     return "; ".join(parts)
 
 
+class _Interrupted:
+    """What ``compute`` returns for a step cut short by a message (``Node.INTERRUPTED``)."""
+
+    def __repr__(self) -> str:
+        return "INTERRUPTED"
+
+    def __reduce__(self) -> str:
+        return "INTERRUPTED"  # unpickles as the one instance
+
+
+INTERRUPTED = _Interrupted()
+COUNTER_NAME = re.compile(r"[a-z][a-z0-9_]*")
+EVAL_COLUMNS = ("time_s", "total_steps", "total_samples", "total_bytes", "total_byte_hops", "ps_ingress_bytes",
+                "loss", "accuracy", "messages_lost")
+"""``evals.csv``'s own columns (the algorithm's counters follow them), which no counter may shadow."""
+
+
 class Node:
     """Backend-independent part of a node. Backends subclass it and implement the ``_``-prefixed hooks."""
+
+    INTERRUPTED = INTERRUPTED
+    """Returned by ``compute`` when ``interrupt`` ended the step: the step's result is discarded."""
 
     def __init__(self, rank: int, lay: Layout, job: Any, dead: set[int]):
         self.info = lay.infos[rank]
@@ -211,7 +250,16 @@ class Node:
         seed = job.cfg.run.seed
         self._crash_rng = random.Random(f"{seed}/crash/{rank}")
         self.rng = random.Random(f"{seed}/node/{rank}")
-        """This node's own random numbers (random peers, random waits): seeded, so ``sim`` stays deterministic."""
+        """This node's own random numbers (random peers): seeded, so ``sim`` stays deterministic."""
+        self.env = job.env
+        self.device: str = self.env.device(rank)
+        """Where this node's tensors live: ``cpu`` or ``cuda`` (``run.device``, per node ``cluster.devices``)."""
+        self._waits = self.env.rng(rank, "wait")
+        self._jitter = self.env.rng(rank, "jitter")
+        self._arrivals: dict[int, float] = {}
+        """Destination -> arrival time of the last message sent to it (messages between a pair stay in order)."""
+        self._gen = None
+        self._load_since: float | None = None
 
     # ------------------------------------------------------------------ identity
     @property
@@ -276,25 +324,73 @@ class Node:
     def sleep(self, seconds: float) -> None:
         raise NotImplementedError
 
+    @property
+    def gen(self):
+        """This node's seeded ``torch.Generator`` (made on first use)."""
+        if self._gen is None:
+            import torch
+
+            self._gen = torch.Generator().manual_seed(random.Random(f"{self.cfg.run.seed}/gen/{self.rank}")
+                                                      .getrandbits(63))
+        return self._gen
+
+    def trainer(self, worker: int | None = None):
+        """A ``Trainer`` over the shard of worker ``worker`` (default: this node's index), on this node's device,
+        drawing from ``gen``; it starts from the run's common initial model."""
+        return self.job.trainer(self.index if worker is None else worker, self.device, gen=self.gen)
+
+    # ------------------------------------------------------------------ environment
+    def neighbours(self, all: bool = False) -> list[int]:
+        """Ranks one link away in the run's topology whose links are up now (``all``: every neighbour, up or
+        not; their number is this node's degree). On the default star every other node is one."""
+        return self.env.neighbours(self.rank, None if all else self.now())
+
+    def load(self):
+        """``Load(cpu, net, disk)``: what this node's co-running workloads used since the previous call (cpu in
+        cores, net and disk as fractions of capacity); the modelled schedule in ``sim``, measured in ``procs``."""
+        t = self.now()
+        out = self._load(self._load_since, t)
+        self._load_since = t
+        return out
+
+    def count(self, name: str, n: float = 1) -> None:
+        """Add ``n`` to the progress counter ``name`` (``rounds``, ``iterations``, ``epochs``): summed over
+        nodes into a column of ``evals.csv``, so count a global quantity at one node."""
+        if not COUNTER_NAME.fullmatch(name) or name in EVAL_COLUMNS:
+            raise ValueError(f"counter name {name!r}: use lower-case letters, digits and _, not one of "
+                             f"{', '.join(EVAL_COLUMNS)}")
+        counts = self.counters.counts
+        counts[name] = counts.get(name, 0) + n
+
     # ------------------------------------------------------------------ compute
-    def compute(self, fn: Callable[[], T], *, samples: int = 0) -> T:
-        """Run one training step ``fn`` on this node's device; its duration follows the device model."""
+    def compute(self, fn: Callable[[], T], *, samples: int = 0, work: float = 1.0,
+                interrupt: tuple[int | None, str | None] | None = None) -> T:
+        """Run one training step ``fn`` on this node's device; its duration follows the device model, scaled
+        by ``work``. With ``interrupt=(src, tag)`` (None matches any) the step ends when a matching message
+        arrives before its end: only the elapsed time is charged, the message stays to be received, the step
+        is not counted, and the result is ``node.INTERRUPTED`` (``fn`` has run: apply its result only when the
+        step was not interrupted)."""
+        if not (0.0 <= work < math.inf):
+            raise ValueError(f"compute(work={work!r}): work must be a finite number >= 0")
+        if interrupt is not None and (not isinstance(interrupt, tuple) or len(interrupt) != 2):
+            raise ValueError(f"compute(interrupt={interrupt!r}): give (src, tag), either may be None")
         t0 = self.now()
         c = self.counters
         try:
-            result, duration = self._compute(fn)
+            result, duration = self._compute(fn, work, interrupt)
         except StopRun:
             c.compute_s += self.now() - t0  # a step cut short by the end of the run or a crash
             raise
         c.compute_s += duration
+        if result is INTERRUPTED:
+            return result
         c.steps += 1
         c.samples += samples
         return result
 
-    def step_duration(self) -> float:
-        """Emulated duration of one step of this device at the current time."""
-        factor = self.job.cluster.step_factor(self.index, self.now()) if self.is_worker else 1.0
-        return self.job.base_step_s * factor
+    def step_duration(self, work: float = 1.0) -> float:
+        """Modelled duration of a step of ``work`` steps' worth started now (the device and its modelled load)."""
+        return self.env.step_time(self.rank, self.now(), work)
 
     # ------------------------------------------------------------------ messages
     def send(self, dst: int, tag: str, **data: Any) -> int:
@@ -303,7 +399,15 @@ class Node:
 
     def push(self, dst: int, tag: str, **data: Any) -> int:
         """``send``, marked as a failure point: with ``cluster.crash_prob`` p, a worker fails right after it
-        (the papers' "fails after a push"). Queries, replies and control messages use ``send``."""
+        (the papers' "fails after a push"). Queries, replies and control messages use ``send``. It first waits
+        the environment's random wait (``cluster.random_wait_s``; adacomp.txt Sec. IV-A), counted as waiting."""
+        wait = self.env.random_wait(self._waits)
+        if wait > 0:
+            t0 = self.now()
+            try:
+                self.sleep(wait)
+            finally:
+                self.counters.wait_s += self.now() - t0
         return self._send(dst, tag, data, failure_point=True)
 
     def _send(self, dst: int, tag: str, data: dict[str, Any], failure_point: bool) -> int:
@@ -312,19 +416,24 @@ class Node:
         p = self.job.cluster.crash_prob
         fails = failure_point and p > 0 and self.is_worker and self._crash_rng.random() < p
         t = self.now()
-        tx, flight = self.job.cluster.message_delay(self.worker_index(self.rank), self.worker_index(dst), nbytes)
-        start = max(t, self.up_busy)  # the uplink sends one message at a time, lost or not
-        self.up_busy = start + tx
-        arrive = start + tx + flight
-        self.send_horizon = max(self.send_horizon, arrive)
-        msg = Message(self.rank, tag, data, nbytes, sent_at=t, arrive_at=arrive)
-        delivered = self.alive(dst, arrive) and self._deliver(dst, msg, last=fails)
+        route = self.env.message(self.rank, dst, nbytes, t, self._jitter)
+        delivered, byte_hops = False, 0
+        if route is not None:  # None: a failed link or no path left, the message is lost on the way
+            start = max(t, self.up_busy)  # the uplink sends one message at a time, lost or not
+            self.up_busy = start + route.tx
+            arrive = max(start + route.tx + route.flight, self._arrivals.get(dst, 0.0))
+            self._arrivals[dst] = arrive
+            self.send_horizon = max(self.send_horizon, arrive)
+            byte_hops = nbytes * route.hops
+            msg = Message(self.rank, tag, data, nbytes, sent_at=t, arrive_at=arrive)
+            delivered = self.alive(dst, arrive) and self._deliver(dst, msg, last=fails)
         c = self.counters
         c.messages_sent += 1
         c.bytes_sent += nbytes
+        c.byte_hops += byte_hops
         if not delivered:
             c.messages_lost += 1
-        self._tag(tag).add(1, nbytes, lost=not delivered)
+        self._tag(tag).add(1, nbytes, lost=not delivered, byte_hops=byte_hops)
         c.comm_s += self.now() - t  # handing the message over (zero on the virtual clock)
         if fails:
             self.crashed_at = self.now()
@@ -376,14 +485,17 @@ class Node:
         c = self.counters
         c.wait_s += complete_at - t0
         c.comm_s += self.now() - complete_at
-        messages, nbytes = ring_traffic(members, tensor.numel() * tensor.element_size())
+        messages, nbytes = ring_traffic(len(members), tensor.numel() * tensor.element_size())
+        successor = members[(members.index(self.rank) + 1) % len(members)]
+        byte_hops = self.env.topology.byte_hops(self.rank, successor, nbytes, complete_at) or 0
         c.messages_sent += messages
         c.bytes_sent += nbytes
+        c.byte_hops += byte_hops
         c.messages_recv += messages
         c.bytes_recv += nbytes
-        self._tag("all_reduce").add(messages, nbytes)
+        self._tag("all_reduce").add(messages, nbytes, byte_hops=byte_hops)
         if mean:
-            tensor.div_(members)
+            tensor.div_(len(members))
         return tensor
 
     def _tag(self, tag: str) -> TagCounters:
@@ -397,8 +509,14 @@ class Node:
         """Raise ``StopRun`` (or ``NodeCrashed``) when the run, or this node, is over; backend housekeeping."""
         raise NotImplementedError
 
-    def _compute(self, fn: Callable[[], T]) -> tuple[T, float]:
-        """Run ``fn`` and take the step's modelled duration; returns (result, duration)."""
+    def _compute(self, fn: Callable[[], T], work: float,
+                 interrupt: tuple[int | None, str | None] | None) -> tuple[T, float]:
+        """Run ``fn`` and take the step's modelled duration (``work`` steps' worth); returns (result, duration),
+        or (``INTERRUPTED``, elapsed) when a message matching ``interrupt`` arrived first (left unconsumed)."""
+        raise NotImplementedError
+
+    def _load(self, since: float | None, t: float):
+        """The co-running load over [since, t] (since None: now)."""
         raise NotImplementedError
 
     def _deliver(self, dst: int, msg: Message, last: bool) -> bool:
@@ -410,9 +528,9 @@ class Node:
         """The next deliverable matching message, waiting at most ``timeout`` seconds (None: forever)."""
         raise NotImplementedError
 
-    def _all_reduce(self, tensor, role: str) -> tuple[int, float]:
+    def _all_reduce(self, tensor, role: str) -> tuple[list[int], float]:
         """Sum ``tensor`` in place over the live members of ``role`` and spend the modelled reduction time;
-        returns (number of members summed, time the last of them joined)."""
+        returns (the ranks summed, in rank order; the time the last of them joined)."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------ observation

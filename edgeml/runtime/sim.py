@@ -27,8 +27,8 @@ import greenlet
 import torch
 
 from edgeml.metrics import Monitor, NodeReport, Totals
-from edgeml.runtime.base import (Layout, Message, Node, NodeCrashed, StopRun, describe_blocked, layout,
-                                 matches)
+from edgeml.runtime.base import (INTERRUPTED, Layout, Message, Node, NodeCrashed, StopRun, describe_blocked,
+                                 layout, matches)
 
 
 class SimNode(Node):
@@ -41,7 +41,10 @@ class SimNode(Node):
         self.token: object | None = None
         """Identifies this node's one valid pending wake-up (None: none; older wake-ups are stale)."""
         self.wake_msg: Message | None = None
-        self.reduced: tuple[int, float] | None = None
+        self.interrupt_on: tuple[int | None, str | None] | None = None
+        """While a step may be interrupted: the (src, tag) that ends it."""
+        self.interrupted = False
+        self.reduced: tuple[list[int], float] | None = None
         self.kill: BaseException | None = None
         self.done = False
         self.glet: greenlet.greenlet | None = None  # made by Kernel.run, whose greenlet is its parent
@@ -102,13 +105,28 @@ class SimNode(Node):
         self._check()
         self._wait_until(self.kernel.now + max(0.0, seconds))
 
-    def _compute(self, fn):
+    def _compute(self, fn, work, interrupt):
         self._check()
         result = fn()
-        duration = self.step_duration()
-        self._wait_until(self.kernel.now + duration)
+        t0 = self.kernel.now
+        duration = self.step_duration(work)
+        if interrupt is not None:
+            if any(matches(m, *interrupt) for m in self.mailbox):
+                return INTERRUPTED, 0.0
+            self.interrupt_on, self.interrupted = interrupt, False
+            try:
+                self._wait_until(t0 + duration)
+            finally:
+                self.interrupt_on = None
+            if self.interrupted:
+                return INTERRUPTED, self.kernel.now - t0
+        else:
+            self._wait_until(t0 + duration)
         self.kernel.total_steps += 1
         return result, duration
+
+    def _load(self, since, t):
+        return self.env.load(self.rank, t, since)
 
     def _deliver(self, dst: int, msg: Message, last: bool) -> bool:
         # a message is a copy in host memory, as on a real wire
@@ -136,7 +154,7 @@ class SimNode(Node):
         msg, self.wake_msg = self.wake_msg, None
         return msg
 
-    def _all_reduce(self, tensor: torch.Tensor, role: str) -> tuple[int, float]:
+    def _all_reduce(self, tensor: torch.Tensor, role: str) -> tuple[list[int], float]:
         self._check()
         k = self.kernel
         k.groups.setdefault(role, {})[self.rank] = tensor
@@ -194,8 +212,12 @@ class Kernel:
             node.disarm()
             node.wake_msg = msg
             self._switch_to(node)
-        else:
-            node.mailbox.append(msg)
+            return
+        node.mailbox.append(msg)
+        if node.interrupt_on is not None and matches(msg, *node.interrupt_on):
+            node.disarm()  # the step ends now; the message waits in the mailbox
+            node.interrupted = True
+            self._switch_to(node)
 
     def try_reduce(self, role: str) -> None:
         group = self.groups.get(role, {})
@@ -205,12 +227,11 @@ class Kernel:
         total = group[ranks[0]].clone()
         for r in ranks[1:]:
             total += group[r]
-        members = [self.nodes[r].worker_index(r) for r in ranks]
-        duration = self.job.cluster.all_reduce_time(members, total.numel() * total.element_size())
+        duration = self.job.env.all_reduce_time(ranks, total.numel() * total.element_size(), self.now)
         for r in ranks:
             group[r].copy_(total)
             node = self.nodes[r]
-            node.reduced = (len(ranks), self.now)
+            node.reduced = (ranks, self.now)
             node.arm(self.now + duration)
         group.clear()
 

@@ -108,3 +108,63 @@ register(AlgorithmSpec("fault-exposers", "every worker exposes its model", NoCon
 register(AlgorithmSpec("fault-raises", "a node program raises", NoConfig, _workers(raises)))
 register(AlgorithmSpec("fault-pids", "ASP whose nodes write their pids", PSConfig,
                        lambda cfg: [("ps", pid_files)] + [("worker", pid_files)] * cfg.cluster.workers))
+
+
+# ------------------------------------------------------------------ the environment's node interface
+def interrupt(node):
+    """Worker 1 sends "stop" to worker 0 at 0.5 s, while worker 0 is in a step 100 steps long that "stop"
+    interrupts; worker 0 then receives "stop" (it stayed in the mailbox) and takes an uninterrupted step of
+    work 2. Worker 0 logs what compute returned and how long each step lasted."""
+    peers = node.ranks("worker")
+    if node.index == 1:
+        node.sleep(0.5)
+        node.send(peers[0], "stop", k=5)
+        _idle(node)
+    if node.index > 1:
+        _idle(node)
+    t0 = node.now()
+    out = node.compute(lambda: 42, work=100.0, interrupt=(peers[1], "stop"))
+    node.log("probe", what="interrupted", value=node.now() - t0, result=repr(out))
+    node.log("probe", what="kept", value=node.recv(peers[1], "stop")["k"])
+    t0 = node.now()
+    out = node.compute(lambda: 7, work=2.0, interrupt=(peers[1], "stop"))
+    node.log("probe", what="work2", value=node.now() - t0, result=repr(out))
+    _idle(node)
+
+
+def load_probe(node):
+    """Worker 0 trains and logs, per window of steps about 0.25 s long, the mean step time and the co-running
+    cpu load observed over the window (psutil counts CPU time in clock ticks: a single short step is too
+    short to read)."""
+    if node.index:
+        _idle(node)
+    trainer = node.trainer()
+    node.load()
+    while True:
+        t0, steps = node.now(), 0
+        while node.now() - t0 < 0.25:
+            node.compute(trainer.gradient)
+            steps += 1
+        node.log("probe", what="window", value=(node.now() - t0) / steps, cpu=node.load().cpu, at=t0,
+                 end=node.now())
+
+
+def neighbourly(node):
+    """Each node logs its neighbours, then every 0.2 s sends one message to each of its neighbours (all, up or
+    not) and one to the node two places on, and counts its rounds (worker 0 only)."""
+    peers = node.ranks("worker")
+    node.log("probe", what="neighbours", value=len(node.neighbours(all=True)), up=len(node.neighbours()),
+             ranks=" ".join(map(str, node.neighbours(all=True))))
+    far = peers[(node.index + 2) % len(peers)]
+    while True:
+        for dst in node.neighbours(all=True) + [far]:
+            node.send(dst, "x", v=torch.zeros(10))
+        if node.index == 0:
+            node.count("rounds")
+        node.count("messages", len(node.neighbours(all=True)) + 1)
+        node.sleep(0.2)
+
+
+register(AlgorithmSpec("env-interrupt", "an interruptible step", NoConfig, _workers(interrupt)))
+register(AlgorithmSpec("env-load", "step times beside co-running load", NoConfig, _workers(load_probe)))
+register(AlgorithmSpec("env-neighbours", "messages over a topology", NoConfig, _workers(neighbourly)))

@@ -33,6 +33,7 @@ import torch
 
 from edgeml.metrics import Monitor, NodeReport, RunWriter, Totals, error_report
 from edgeml.runtime.base import Counters, Message, TagCounters, describe_blocked, layout
+from edgeml.runtime.interference import Supervisor, pin
 from edgeml.runtime.procs.node import die_with_parent, load_plugins
 from edgeml.runtime.procs.transport import CONTROL, Endpoint, Transport
 
@@ -254,6 +255,20 @@ def exit_text(code: int | None) -> str:
     return f"exit code {code}"
 
 
+def co_running(job, epoch: float) -> Supervisor:
+    """Start the run's co-running workloads (``[load] schedule``) as real processes, from this (the monitor's)
+    main thread so that they die with it; each node with workloads gets ``load.cores`` CPUs of the host of its
+    own, shared with its interferers (``cpus``; empty without a schedule)."""
+    env = job.env
+    load = job.cfg.load
+    ranks = sorted({w.rank for w in env.workloads})
+    cpus = pin(ranks, load.cores, sorted(os.sched_getaffinity(0))) if ranks else {}
+    sup = Supervisor(env.workloads, epoch=epoch, net_Bps=load.net_MBps * 1e6, disk_Bps=load.disk_MBps * 1e6,
+                     dir=load.dir, cpus=cpus)
+    sup.start()
+    return sup
+
+
 def monitor_main(endpoint: Endpoint, job, path: str, quiet: bool, control, result, standalone: bool = True,
                  plugins: str | None = None, supervised: bool = True) -> None:
     """Entry point of the monitor (rank 0): evaluation, stopping rules, progress and the run directory."""
@@ -272,9 +287,17 @@ def monitor_main(endpoint: Endpoint, job, path: str, quiet: bool, control, resul
     progress = RunProgress(job.cfg, quiet=quiet)
     monitor = Monitor(job, writer, on_row=progress.update)
     epoch = time.time() + 0.2
-    for r in range(1, len(endpoint.addresses)):
-        transport.send(r, CONTROL + "start", {"epoch": epoch, "base_step_s": job.base_step_s}, {})
-    run = RunMonitor(job, transport, writer, monitor, epoch, supervised)
+    interferers = co_running(job, epoch)
+    try:
+        for r in range(1, len(endpoint.addresses)):
+            transport.send(r, CONTROL + "start", {"epoch": epoch, "base_step_s": job.base_step_s,
+                                                  "cpus": interferers.cpus,
+                                                  "interferers": {r: interferers.pids(r) for r in interferers.cpus}},
+                           {})
+        run = RunMonitor(job, transport, writer, monitor, epoch, supervised)
+    except BaseException:
+        interferers.stop()
+        raise
     try:
         status, reason, duration = run.run(control, launcher_gone)
         progress.__exit__(None, None, None)
@@ -289,6 +312,7 @@ def monitor_main(endpoint: Endpoint, job, path: str, quiet: bool, control, resul
         writer.write_meta(status="failed", stop_reason=reason)
         result.put(("failed", reason))
     finally:
+        interferers.stop()
         sys.stdout.flush()
         sys.stderr.flush()
         if standalone:

@@ -25,7 +25,8 @@ from typing import Any
 
 import torch
 
-from edgeml.runtime.base import Layout, Message, Node, NodeCrashed, StopRun, layout
+from edgeml.runtime.base import INTERRUPTED, Layout, Message, Node, NodeCrashed, StopRun, layout
+from edgeml.runtime.interference import Load, LoadMeter
 from edgeml.runtime.procs.transport import CONTROL, Endpoint, Transport
 
 STATS_INTERVAL_S = 0.25
@@ -62,6 +63,8 @@ class ProcsNode(Node):
         self.blocked_since: float | None = None
         """Since when this node waits with no timeout and nothing in flight to it (stall detection)."""
         self.crash_time = self.crash_schedule.get(rank)
+        self.meter = None
+        """Reads this node's co-running interferer processes (``load()``), when it has any."""
 
     def now(self) -> float:
         return time.time() - self.epoch
@@ -105,37 +108,66 @@ class ProcsNode(Node):
     def _until_crash(self) -> float:
         return max(1e-3, self.crash_time - self.now()) if self.crash_time is not None else 3600.0
 
-    def _pause(self, seconds: float) -> None:
-        """Sleep, waking for housekeeping and for a stop."""
+    def _pause(self, seconds: float, interrupt: tuple[int | None, str | None] | None = None) -> bool:
+        """Sleep, waking for housekeeping and for a stop; with ``interrupt``, return True as soon as a matching
+        message is deliverable (it stays in the inbox)."""
         end = time.monotonic() + seconds
+        tr = self.transport
         while True:
             self._check()
             left = end - time.monotonic()
-            if left <= 0:
-                return
-            self.stop.wait(min(left, STATS_INTERVAL_S, self._until_crash()))
+            if interrupt is None:
+                if left <= 0:
+                    return False
+                self.stop.wait(min(left, STATS_INTERVAL_S, self._until_crash()))
+                continue
+            now = self.now()
+            with tr.cond:
+                msg, soonest = tr.take(*interrupt, now, consume=False)
+                if msg is not None:
+                    return True
+                if left <= 0:
+                    return False
+                waits = [left, STATS_INTERVAL_S, self._until_crash()] + ([soonest - now] if soonest else [])
+                tr.cond.wait(max(0.0, min(waits)))
 
     # ---------------------------------------------------------------- runtime interface
     def sleep(self, seconds: float) -> None:
         self._pause(max(0.0, seconds))
 
-    def _compute(self, fn):
+    def _compute(self, fn, work, interrupt):
+        """Run ``fn``, then throttle: in ``absolute`` mode to base x factor x work, in ``scale`` mode to the
+        measured time x factor (so real co-running load shows in the step time)."""
         self._check()
+        start = self.now()
         t0 = time.perf_counter()
+        if interrupt is not None and self._pause(0.0, interrupt):
+            return INTERRUPTED, 0.0
         result = fn()
-        if self.cfg.run.device == "cuda":
+        if self.device == "cuda":
             torch.cuda.synchronize()
         elapsed = time.perf_counter() - t0
-        target = self.step_duration() if self.cfg.cluster.throttle else 0.0
-        if target > 0:
+        cluster = self.cfg.cluster
+        if not cluster.throttle:
+            target = 0.0
+        elif cluster.throttle_mode == "scale":
+            target = elapsed * self.env.speed_factor(self.rank, start)
+        else:
+            target = self.job.base_step_s * self.env.speed_factor(self.rank, start) * work
+        if target - elapsed - self.throttle_debt > 0 or interrupt is not None:
             # pace like a token bucket: past oversleep (the OS wakes us late under load) shortens this sleep,
             # so the mean step time converges on the target instead of drifting above it
-            if target - elapsed - self.throttle_debt > 0:
-                self._pause(target - elapsed - self.throttle_debt)
-            actual = time.perf_counter() - t0
+            if self._pause(max(0.0, target - elapsed - self.throttle_debt), interrupt):
+                return INTERRUPTED, time.perf_counter() - t0
+        actual = time.perf_counter() - t0
+        if target > 0:
             self.throttle_debt = min(max(self.throttle_debt + actual - target, 0.0), target)
-            return result, actual
-        return result, elapsed
+        return result, actual
+
+    def _load(self, since, t):
+        if self.meter is None:
+            return Load(0.0, 0.0, 0.0)
+        return self.meter.read()
 
     def _deliver(self, dst: int, msg: Message, last: bool) -> bool:
         meta: dict[str, Any] = {"nbytes": msg.nbytes, "sent_at": msg.sent_at, "arrive_at": msg.arrive_at}
@@ -161,7 +193,7 @@ class ProcsNode(Node):
         finally:
             self.blocked_since = None
 
-    def _all_reduce(self, tensor: torch.Tensor, role: str) -> tuple[int, float]:
+    def _all_reduce(self, tensor: torch.Tensor, role: str) -> tuple[list[int], float]:
         k = self.rounds[role] = self.rounds.get(role, 0) + 1
         tr = self.transport
         key = [role, k]
@@ -203,13 +235,13 @@ class ProcsNode(Node):
             tr.take_where(lambda m: m.tag == CONTROL + "ar" and m.meta["round"] == key)
         return self._reduced(tensor, live, complete_at)
 
-    def _reduced(self, tensor: torch.Tensor, members: list[int], complete_at: float) -> tuple[int, float]:
+    def _reduced(self, tensor: torch.Tensor, members: list[int], complete_at: float) -> tuple[list[int], float]:
         """Spend the modelled reduction time, counted from when the last member joined."""
         nbytes = tensor.numel() * tensor.element_size()
-        modelled = self.job.cluster.all_reduce_time([self.worker_index(r) for r in members], nbytes)
+        modelled = self.env.all_reduce_time(members, nbytes, complete_at)
         if complete_at + modelled > self.now():
             self._pause(complete_at + modelled - self.now())
-        return len(members), complete_at
+        return list(members), complete_at
 
 
 def node_main(endpoint: Endpoint, job, standalone: bool = True, plugins: str | None = None) -> None:
@@ -235,8 +267,13 @@ def node_main(endpoint: Endpoint, job, standalone: bool = True, plugins: str | N
             transport.cond.wait(1.0)
     job.base_step_s = msg["base_step_s"]
     node = ProcsNode(rank, layout(programs), job, transport, msg["epoch"])
-    if job.cfg.run.device == "cuda":
-        torch.cuda.set_device(0)
+    if node.device == "cuda":  # several nodes share a GPU when there are fewer GPUs than CUDA nodes
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+    if msg["cpus"].get(rank):
+        os.sched_setaffinity(0, msg["cpus"][rank])  # this node's share of the host, which its interferers load
+    if msg["interferers"].get(rank):
+        load = job.cfg.load
+        node.meter = LoadMeter(msg["interferers"][rank], net_Bps=load.net_MBps * 1e6, disk_Bps=load.disk_MBps * 1e6)
     time.sleep(max(0.0, node.epoch - time.time()))  # every node starts at t = 0 on the shared clock
     error = ""
     try:

@@ -146,14 +146,16 @@ class Transport:
                     kept.append(msg)
             self.inbox = kept
 
-    def take(self, src: int | None, tag: str | None, now: float) -> tuple[Message | None, float | None]:
-        """A matching message deliverable at ``now``, else the earliest time one becomes deliverable (call
-        under ``cond``)."""
+    def take(self, src: int | None, tag: str | None, now: float,
+             consume: bool = True) -> tuple[Message | None, float | None]:
+        """A matching message deliverable at ``now`` (left in the inbox unless ``consume``), else the earliest
+        time one becomes deliverable (call under ``cond``)."""
         soonest = None
         for i, msg in enumerate(self.inbox):
             if matches(msg, src, tag):
                 if msg.arrive_at <= now:
-                    del self.inbox[i]
+                    if consume:
+                        del self.inbox[i]
                     return msg, None
                 soonest = msg.arrive_at if soonest is None else min(soonest, msg.arrive_at)
         return None, soonest
