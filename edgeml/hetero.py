@@ -126,40 +126,8 @@ class Cluster:
     crash_times: dict[int, float] = field(default_factory=dict)
     crash_prob: float = 0.0
     links: dict[int, Link] = field(default_factory=dict)
-    """Worker index -> its access link. Nodes without an entry have an ideal link."""
-
-    def step_factor(self, worker: int, t: float) -> float:
-        f = self.factors[worker]
-        for s in self.slowdowns:
-            if s.worker == worker and s.start <= t < s.end:
-                f *= s.factor
-        return f
-
-    def link(self, worker: int | None) -> Link:
-        return self.links.get(worker, Link()) if worker is not None else Link()
-
-    def message_delay(self, src_worker: int | None, dst_worker: int | None, nbytes: int) -> tuple[float, float]:
-        """(time on the sender's uplink, remaining flight time) of one message.
-
-        The sender's uplink transmits its messages one after another at its own rate; a slower downlink at the
-        receiver lengthens only that message's flight. (Queueing every message at min(up, down) would make a
-        server with an ideal link send to many slow workers one at a time.)
-        """
-        a, b = self.link(src_worker), self.link(dst_worker)
-        tx = nbytes / a.up_Bps if a.up_Bps < math.inf else 0.0
-        slower = nbytes / min(a.up_Bps, b.down_Bps) if min(a.up_Bps, b.down_Bps) < math.inf else 0.0
-        return tx, a.latency_s + b.latency_s + a.extra_s + (slower - tx)
-
-
-    def all_reduce_time(self, workers: list[int | None], nbytes: int) -> float:
-        """Ring all-reduce among ``workers``: 2(n-1) rounds, each moving nbytes/n over the slowest link."""
-        n = len(workers)
-        if n <= 1:
-            return 0.0
-        links = [self.link(w) for w in workers]
-        bw = min(min(l.up_Bps, l.down_Bps) for l in links)
-        lat = 2 * max(l.latency_s for l in links)
-        return 2 * (n - 1) * (lat + (nbytes / n / bw if bw < math.inf else 0.0))
+    """Worker index -> its access link. Nodes without an entry have an ideal link. How links, factors and
+    slowdowns act on a run is ``edgeml.env``'s (the star of these access links is its default network)."""
 
 
 def _inline(item: dict) -> str:
