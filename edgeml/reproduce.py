@@ -94,7 +94,7 @@ TOP_KEYS = {"experiment", "settings", "quick", "runs", "claims", "figures"}
 RUN_KEYS = {"name", "algorithm", "config", "quick", "sweep", "quick_sweep", "figure", "seeds"}
 FIGURE_KEYS = {"id", "title", "cite", "text", "panels", "against"}
 AGAINST_KEYS = {"x", "y"}
-FINISHED = ("completed", "stalled")
+FINISHED = ("completed", "stalled", "stopped")
 
 
 # ------------------------------------------------------------------------------------------ experiments

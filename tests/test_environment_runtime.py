@@ -48,6 +48,16 @@ def nodes(path: Path) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize("backend", ["sim", "procs"])
+def test_an_algorithm_can_end_the_run_saying_why(tmp_path, plugins, backend):
+    path = one(tmp_path, backend, "env-stop", "cluster.workers=2", "cluster.base_step_s=0.02", "stop.max_time=30",
+               "eval.interval=0.25")
+    meta = json.loads((path / "meta.json").read_text())
+    assert meta["status"] == "stopped" and meta["stop_reason"] == "worker 1: no platform left alive"
+    evals = pd.read_csv(path / "evals.csv")
+    assert 1.0 <= evals.time_s.iloc[-1] < 5.0 and len(evals) >= 4 and evals.accuracy.notna().all()
+
+
+@pytest.mark.parametrize("backend", ["sim", "procs"])
 def test_an_interrupted_step_ends_at_the_message_and_charges_only_its_part(tmp_path, plugins, backend):
     path = one(tmp_path, backend, "env-interrupt", "cluster.workers=2", "cluster.base_step_s=0.1",
                "stop.max_time=2.5", "eval.interval=0.5")

@@ -17,6 +17,7 @@ The interface is deliberately small, and shaped like the papers' pseudocode:
   (averaging over nodes that expose one) without the algorithm's involvement, and without charging the
   node's clock.
 - ``log(series, **fields)``: a row of an algorithm-specific time series (staleness, decisions, ...).
+- ``stop_run(reason)``: end the whole run as ``stopped`` (the algorithm's own decision), keeping its results.
 - ``rng`` / ``gen``: this node's seeded ``random.Random`` (random peers) and ``torch.Generator``
   (stochastic rounding, sampling), so no algorithm couples nodes through a global random state.
 - ``trainer()``: this node's ``edgeml.train.Trainer`` over its shard, on its ``device`` (``cpu``/``cuda``).
@@ -353,6 +354,12 @@ class Node:
         self._load_since = t
         return out
 
+    def stop_run(self, reason: str) -> None:
+        """End the whole run now with status ``stopped`` and ``reason`` (an algorithm's own decision, e.g. no
+        platform left alive); what was measured so far is kept. Does not return."""
+        self._stop_run(str(reason))
+        raise StopRun()
+
     def count(self, name: str, n: float = 1) -> None:
         """Add ``n`` to the progress counter ``name`` (``rounds``, ``iterations``, ``epochs``): summed over
         nodes into a column of ``evals.csv``, so count a global quantity at one node."""
@@ -517,6 +524,10 @@ class Node:
 
     def _load(self, since: float | None, t: float):
         """The co-running load over [since, t] (since None: now)."""
+        raise NotImplementedError
+
+    def _stop_run(self, reason: str) -> None:
+        """Ask the run to end with status ``stopped`` and ``reason``."""
         raise NotImplementedError
 
     def _deliver(self, dst: int, msg: Message, last: bool) -> bool:

@@ -128,6 +128,10 @@ class SimNode(Node):
     def _load(self, since, t):
         return self.env.load(self.rank, t, since)
 
+    def _stop_run(self, reason):
+        if self.kernel.stop_request is None:
+            self.kernel.stop_request = f"{self.info.name}: {reason}"
+
     def _deliver(self, dst: int, msg: Message, last: bool) -> bool:
         # a message is a copy in host memory, as on a real wire
         msg.data = {key: (v.detach().to("cpu", copy=True) if isinstance(v, torch.Tensor) else v)
@@ -177,6 +181,8 @@ class Kernel:
         self.total_steps = 0
         self.finished = 0  # nodes whose program has ended
         self.error: tuple[Any, BaseException, str] | None = None
+        self.stop_request: str | None = None
+        """Why a node program ended the run (``Node.stop_run``)."""
         self.dead: set[int] = set()
         self.groups: dict[str, dict[int, torch.Tensor]] = {}
         self.pending = 0
@@ -297,6 +303,9 @@ class Kernel:
                 if self.error:
                     info, exc, _ = self.error
                     status, reason = "failed", f"{info.name} raised {type(exc).__name__}: {exc}"
+                    break
+                if self.stop_request is not None:
+                    status, reason = "stopped", self.stop_request
                     break
                 self.monitor.check_steps(self.total_steps)
                 if self.monitor.stop_reason:

@@ -165,6 +165,18 @@ def neighbourly(node):
         node.sleep(0.2)
 
 
+def stopper(node):
+    """Every worker trains and exposes its model; at 1 s worker 1 ends the run, saying why."""
+    trainer = node.trainer()
+    node.expose(trainer.params)
+    while True:
+        node.compute(trainer.gradient)
+        trainer.sgd(0.1)
+        if node.index == 1 and node.now() >= 1.0:
+            node.stop_run("no platform left alive")
+
+
+register(AlgorithmSpec("env-stop", "an algorithm that ends the run", NoConfig, _workers(stopper)))
 register(AlgorithmSpec("env-interrupt", "an interruptible step", NoConfig, _workers(interrupt)))
 register(AlgorithmSpec("env-load", "step times beside co-running load", NoConfig, _workers(load_probe)))
 register(AlgorithmSpec("env-neighbours", "messages over a topology", NoConfig, _workers(neighbourly)))

@@ -88,6 +88,8 @@ class RunMonitor:
         """Nodes whose program ended or whose process died, and when the monitor learned it."""
         self.snapshots = Snapshots()
         self.failure: str | None = None
+        self.stop_request: str | None = None
+        """Why a node program ended the run (``Node.stop_run``)."""
         self.interrupted = False
         self.stopping = False
         workers = lay.roles.get("worker", [])
@@ -115,6 +117,8 @@ class RunMonitor:
                 self.snapshots.add(src, msg.meta["tick"], msg.meta["time"], msg["params"])
             if not self.stopping:
                 self.evaluate_ready()
+        elif msg.tag == CONTROL + "stop_run":
+            self.stop_request = self.stop_request or msg.meta["reason"]
         elif msg.tag == CONTROL + "error":
             info = self.lay.infos[src]
             self.writer.write_error(error_report(info, msg.meta["time"], msg.meta["trace"]))
@@ -204,6 +208,8 @@ class RunMonitor:
                 status, reason = "failed", self.failure
             elif self.interrupted:
                 status, reason = "interrupted", "interrupted by the user"
+            elif self.stop_request:
+                status, reason = "stopped", self.stop_request
             elif mon.stop_reason:
                 status, reason = "completed", mon.stop_reason
             elif len(self.ended) == len(infos):

@@ -164,6 +164,9 @@ class ProcsNode(Node):
             self.throttle_debt = min(max(self.throttle_debt + actual - target, 0.0), target)
         return result, actual
 
+    def _stop_run(self, reason):
+        self.transport.send(0, CONTROL + "stop_run", {}, {"reason": f"{self.info.name}: {reason}"})
+
     def _load(self, since, t):
         if self.meter is None:
             return Load(0.0, 0.0, 0.0)
