@@ -137,7 +137,7 @@ class Trainer:
 
     def __init__(self, model: nn.Module, loss: nn.Module, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor,
                  batch_size: int, *, seed: int, init: torch.Tensor | None = None, device: str = "cpu",
-                 gen: torch.Generator | None = None):
+                 gen: torch.Generator | None = None, resident: bool | None = None):
         self.model = model.to(device)
         self.params, self.grad = flatten_module(self.model)
         if init is not None:
@@ -153,6 +153,12 @@ class Trainer:
         self._in_shard[index] = True
         self.batch_size = min(batch_size, len(index))
         self.device = device
+        self._resident = None
+        if resident if resident is not None else device != "cpu":
+            # the shard's samples live on the device, copied once: a CUDA node moves no batch over the bus
+            local = torch.full((len(y),), -1, dtype=torch.int64)
+            local[index] = torch.arange(len(index))
+            self._resident = (local, x[index].to(device), y[index].to(device))
         self._shuffle = torch.Generator().manual_seed(seed)
         self.gen = gen if gen is not None else torch.Generator().manual_seed(_derived_seed(seed, "gen"))
         """This node's generator for the algorithm's own draws (stochastic rounding, sampling), so none uses
@@ -171,7 +177,7 @@ class Trainer:
             self.epoch += 1
         sel = self._order[self._pos:self._pos + self.batch_size]
         self._pos += self.batch_size
-        return self.x[sel].to(self.device), self.y[sel].to(self.device)
+        return self._samples(sel)
 
     def set_order(self, indices: torch.Tensor) -> None:
         """Start a new epoch now that visits ``indices`` (samples of the shard: all or a subset, in this order)
@@ -188,12 +194,19 @@ class Trainer:
 
     def _batch(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         if isinstance(batch, torch.Tensor):
-            sel = self._shard_indices(batch)
-            return self.x[sel].to(self.device), self.y[sel].to(self.device)
+            return self._samples(self._shard_indices(batch))
         x, y = batch
         if len(x) != len(y):
             raise ValueError(f"batch has {len(x)} inputs but {len(y)} labels")
         return x.to(self.device), y.to(self.device)
+
+    def _samples(self, sel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs and labels of the shard's samples ``sel`` (data set indices), on the device."""
+        if self._resident is not None:
+            local, x, y = self._resident
+            at = local[sel].to(self.device)
+            return x[at], y[at]
+        return self.x[sel].to(self.device), self.y[sel].to(self.device)
 
     def _shard_indices(self, indices: torch.Tensor) -> torch.Tensor:
         if indices.dim() != 1 or indices.dtype.is_floating_point or indices.dtype == torch.bool:

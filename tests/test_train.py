@@ -76,6 +76,18 @@ def test_default_batches_are_bit_identical_to_before() -> None:
     assert new.epoch == 5
 
 
+def test_a_device_resident_shard_gives_the_same_batches() -> None:
+    # CUDA nodes copy their shard to the device once; the path is the same on the CPU, where it can be checked
+    plain, resident = _trainer(), _trainer(resident=True)
+    for _ in range(7):
+        assert plain.gradient() == resident.gradient() and torch.equal(plain.grad, resident.grad)
+    idx = torch.tensor([5, 3, 77, 9])
+    assert plain.gradient(idx) == resident.gradient(idx)
+    assert torch.equal(plain.losses(idx), resident.losses(idx))
+    with pytest.raises(ValueError, match="shard"):
+        resident.gradient(torch.tensor([4]))
+
+
 def test_chosen_batch_as_indices_or_tensors() -> None:
     a, b, c = _trainer(), _trainer(), _trainer()
     x, y = _data()
