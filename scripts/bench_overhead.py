@@ -73,4 +73,5 @@ if __name__ == "__main__":
                              f"{'met' if frac >= TARGET else 'not met'} |")
     record("overhead", lines + ["", f"Target: compute fraction >= {TARGET}. The parameter server and the monitor "
                                 "are processes too: with N = cores they take their CPU time from the workers. "
-                                "Run on a quiet host: other load on the cores lowers the fraction."])
+                                "Run on a quiet host: other load on the cores lowers the fraction. Where a round "
+                                "trip's time goes: results/benchmarks/roundtrip.md (scripts/bench_roundtrip.py)."])
