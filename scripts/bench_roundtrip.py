@@ -27,6 +27,7 @@ import torch
 
 from _bench import record  # noqa: F401  (also puts the repository on the path)
 from edgeml.runtime.procs import transport as T
+from edgeml.runtime.procs.framing import decode, encode
 
 PARAMS = 61_706  # LeNet-5
 LEGS = ["send", "s_recv", "s_wake", "s_apply", "c_recv", "c_wake"]
@@ -98,6 +99,20 @@ def measure(busy_ms: float, trips: int) -> list[float]:
         [statistics.median(c_woke - t0 for t0, _, _, c_woke in w[trips // 6:]) * 1e3]
 
 
+def codec_us(repeats: int = 1000) -> tuple[float, float]:
+    """Microseconds to encode (framed, as sent) and to decode one update."""
+    u = torch.randn(PARAMS)
+    meta = {"nbytes": 4 * PARAMS, "sent_at": 0.0, "arrive_at": 0.0}
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        encode("push", {"u": u}, meta, framed=True)
+    t1 = time.perf_counter()
+    buf = encode("push", {"u": u}, meta)
+    for _ in range(repeats):
+        decode(buf)
+    return (t1 - t0) / repeats * 1e6, (time.perf_counter() - t1) / repeats * 1e6
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--busy-ms", type=float, nargs="+", default=[0.0, 5.0])
@@ -108,6 +123,8 @@ if __name__ == "__main__":
     for busy in args.busy_ms:
         m = measure(busy, args.trips)
         lines.append(f"| {busy:g} | " + " | ".join(f"{v:.3f}" for v in m) + " |")
-    lines += ["", f"{PARAMS:,} float32 parameters each way, ms. A negative s_recv: the server had the message "
-              "before the worker's sendall returned."]
+    enc, dec = codec_us()
+    lines += ["", f"{PARAMS:,} float32 parameters each way, ms. A negative leg: the receiver had the message "
+              f"before the sender's sendall returned. Encoding one update takes {enc:.0f} us, decoding it "
+              f"{dec:.0f} us."]
     record("roundtrip", lines)
