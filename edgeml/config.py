@@ -322,7 +322,7 @@ def merge(*layers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def build_config(layers: dict[str, dict[str, Any]]) -> Config:
     """Build and validate a Config from merged section dicts."""
-    from edgeml.algorithms import get_algorithm
+    from edgeml.algorithms import ALIASES, get_algorithm
 
     cfg = Config()
     algorithm = layers.get("run", {}).get("algorithm", cfg.run.algorithm)
@@ -331,7 +331,7 @@ def build_config(layers: dict[str, dict[str, Any]]) -> Config:
     for section, values in layers.items():
         if section in COMMON_SECTIONS:
             update_section(getattr(cfg, section), section, values)
-        elif section == spec.name:
+        elif section == spec.name or ALIASES.get(section) == spec.name:  # [tap] for asp, [centralized], ...
             update_section(cfg.algo, section, values)
         else:
             raise UserError(

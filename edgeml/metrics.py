@@ -102,8 +102,9 @@ class Monitor:
 
     def evaluate(self, t: float, params: list[torch.Tensor], totals: Totals) -> dict[str, Any]:
         if params:
+            # averaged in float64: nodes that hold the same model (after an all-reduce) evaluate it exactly
             mean = params[0].detach().float().cpu().clone() if len(params) == 1 else \
-                torch.stack([p.detach().float().cpu() for p in params]).mean(0)
+                torch.stack([p.detach().cpu().double() for p in params]).mean(0).float()
             loss, acc = self.evaluator(mean)
         else:
             loss, acc = math.nan, math.nan

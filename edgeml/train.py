@@ -73,13 +73,13 @@ class Job:
         torch.manual_seed(self.cfg.run.seed)
         return build_model(self.model_name, ds.input_shape, ds.num_classes, width=self.cfg.model.width)
 
-    def trainer(self, worker: int, device: str = "cpu", gen: torch.Generator | None = None) -> "Trainer":
-        """Worker ``worker``'s trainer over its shard, starting from the common initial model (``gen``: the
-        node's own generator, ``node.gen``)."""
+    def trainer(self, worker: int | None, device: str = "cpu", gen: torch.Generator | None = None) -> "Trainer":
+        """Worker ``worker``'s trainer over its shard (``None``: over the whole training set, for training on one
+        device), starting from the common initial model (``gen``: the node's own generator, ``node.gen``)."""
         ds = self.dataset
-        idx = self.shards[worker]
+        idx = self.shards[worker] if worker is not None else torch.arange(len(ds.y_train))
         return Trainer(self.make_model(), loss_for(self.model_name), ds.x_train, ds.y_train, idx,
-                       self.cfg.data.batch_size, seed=self.cfg.run.seed * 100_003 + worker,
+                       self.cfg.data.batch_size, seed=self.cfg.run.seed * 100_003 + (worker or 0),
                        init=self.init_params, device=device, gen=gen)
 
 

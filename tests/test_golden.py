@@ -36,6 +36,9 @@ GOLDEN = {
     "adacomp": [],
     "asgd": [],
     "comp_asgd": [],
+    "esync": ["esync.lr=0.05", "esync.mode='delayed_ack'"],
+    "ssgd": ["ssgd.lr=0.05", "ssgd.aggregation='ps'"],
+    "standalone": ["standalone.lr=0.05"],
 }
 
 

@@ -335,10 +335,11 @@ class Node:
                                                       .getrandbits(63))
         return self._gen
 
-    def trainer(self, worker: int | None = None):
-        """A ``Trainer`` over the shard of worker ``worker`` (default: this node's index), on this node's device,
-        drawing from ``gen``; it starts from the run's common initial model."""
-        return self.job.trainer(self.index if worker is None else worker, self.device, gen=self.gen)
+    def trainer(self, worker: int | None = None, *, all_data: bool = False):
+        """A ``Trainer`` over the shard of worker ``worker`` (default: this node's index; ``all_data``: the whole
+        training set), on this node's device, drawing from ``gen``; it starts from the run's initial model."""
+        shard = None if all_data else (self.index if worker is None else worker)
+        return self.job.trainer(shard, self.device, gen=self.gen)
 
     # ------------------------------------------------------------------ environment
     def neighbours(self, all: bool = False) -> list[int]:
