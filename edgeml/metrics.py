@@ -278,6 +278,13 @@ def time_to(evals: list[dict], key: str, target: float, below: bool) -> float | 
     return None
 
 
+def _spread(workers: list[NodeReport], duration: float) -> float | None:
+    """Largest minus smallest share of its alive time a worker spent computing (esync.txt Fig. 5's balance)."""
+    shares = [r.counters.compute_s / end for r in workers
+              if (end := r.crashed_at if r.crashed_at is not None else duration) > 0]
+    return max(shares) - min(shares) if shares else None
+
+
 def summarize(job: Job, reports: list[NodeReport], evals: list[dict], duration: float, status: str,
               reason: str) -> dict[str, Any]:
     cfg = job.cfg
@@ -298,6 +305,7 @@ def summarize(job: Job, reports: list[NodeReport], evals: list[dict], duration: 
         "compute_fraction": sum(r.counters.compute_s for r in workers) / alive,
         "comm_fraction": sum(r.counters.comm_s for r in workers) / alive,
         "wait_fraction": sum(r.counters.wait_s for r in workers) / alive,
+        "compute_fraction_spread": _spread(workers, duration),
         "crashed_workers": sum(r.crashed_at is not None for r in workers),
         "target_accuracy": s.target_accuracy or None,
         "time_to_target_accuracy": time_to(evals, "accuracy", s.target_accuracy, False) if s.target_accuracy else None,

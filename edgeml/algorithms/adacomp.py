@@ -96,6 +96,9 @@ class ASGDConfig:
     log_every: int = 1000
     """PS updates between two writes of the ``staleness_hist`` (and AdaComp's ``ps_memory``) series; one more
     write at the end of the run."""
+    staleness_aware: bool = True
+    """ASGD: divide the learning rate by the update's staleness (adacomp.txt Sec. V-B); off, every update gets
+    alpha (the plain Async of esync.txt). AdaComp and Comp-ASGD always divide."""
 
     def eta(self, num_workers: int) -> float:
         """The kit's global rate: alpha itself (workers push raw gradients)."""
@@ -304,10 +307,12 @@ class TouchHistory:
 
 
 def asgd_rule(ps: ParameterServer, msg: Message, staleness: int) -> None:
-    """Theta -= alpha / sigma * dTheta, alpha when sigma = 0 (adacomp.txt Sec. V-B)."""
+    """Theta -= alpha / sigma * dTheta, alpha when sigma = 0 (adacomp.txt Sec. V-B); plain alpha without
+    ``staleness_aware`` (esync.txt's Async)."""
     from edgeml.runtime import wire
 
-    ps.W.add_(wire.dense_decode(msg.data), alpha=-ps.eta / max(1, staleness))
+    sigma = max(1, staleness) if ps.node.algo.staleness_aware else 1
+    ps.W.add_(wire.dense_decode(msg.data), alpha=-ps.eta / sigma)
 
 
 def comp_asgd_rule(ps: ParameterServer, msg: Message, staleness: int) -> None:
