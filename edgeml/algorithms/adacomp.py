@@ -435,13 +435,14 @@ def layer_top_c(cfg: AdaCompConfig, spans: Spans, grad: torch.Tensor) -> dict[st
 def worker(pack: Callable[[Any, Spans, torch.Tensor], dict[str, torch.Tensor]], node: Node) -> None:
     """adacomp.txt Alg. 1: compute a mini-batch gradient on the model of version j, push ``pack`` of it tagged
     with j (a failure point), continue from the model and version the PS returns."""
-    trainer = node.job.trainer(node.index, node.cfg.run.device)
+    trainer = node.trainer()
     ps = node.ranks("ps")[0]
     spans = trainer.spans
     version = 0
     while True:
         node.compute(trainer.gradient, samples=trainer.batch_size)
         node.push(ps, "push", **pack(node.algo, spans, trainer.grad), version=version)
+        node.count("commits")
         reply = node.recv(ps, "model")
         trainer.params.copy_(reply["params"])
         version = reply["version"]

@@ -1,0 +1,148 @@
+"""AdaComp, ASGD and Comp-ASGD (adacomp.txt Alg. 1-2, Eqs. 3-5): per-layer top-c selection, the per-parameter
+staleness sigma_k against a brute-force history, the reduction to sequential SGD, exact bytes per push, the
+PS's bounded memory at 200 workers, and the staleness histograms."""
+
+from __future__ import annotations
+
+import random
+
+import pandas as pd
+import pytest
+import torch
+
+from edgeml.algorithms.adacomp import Histogram, TouchHistory, keep_count, top_c
+from edgeml.config import load_config
+from edgeml.runner import run
+from edgeml.train import Evaluator, build_job
+
+
+# ------------------------------------------------------------------------------------------ selection
+def test_keep_count_is_floor_of_c_n_and_at_least_one():
+    assert keep_count(0.29, 100) == 29  # not 28 from 0.29 * 100 = 28.999999999999996
+    assert keep_count(0.01, 250) == 2 and keep_count(0.001, 250) == 1 and keep_count(1.0, 7) == 7
+    assert keep_count(0.5, 1) == 1
+
+
+def test_top_c_keeps_the_largest_of_each_layer_with_ties_to_the_lowest_index():
+    x = torch.tensor([0.5, -3.0, 1.0, -1.0, 2.0,    # layer 0: 5 entries, c = 0.4 keeps 2: -3 and 2
+                      1.0, -1.0, 1.0, 0.1,          # layer 1: 4 entries keep 1: a three-way tie at 1
+                      -0.2, 0.0, 0.3])              # layer 2: 3 entries keep 1: 0.3
+    spans = [(0, 5), (5, 4), (9, 3)]
+    assert top_c(x, 0.4, spans).tolist() == [1, 4, 5, 11]
+    # a tie at the threshold inside a layer: -1 and 1 tie for the second place of layer 0; the lower index wins
+    y = torch.tensor([5.0, 1.0, -1.0, 0.0, 0.5])
+    assert top_c(y, 0.4, [(0, 5)]).tolist() == [0, 1]
+    # c x size < 1 still sends each layer's largest entry
+    assert top_c(x, 0.01, spans).tolist() == [1, 5, 11]
+    assert top_c(x, 1.0, spans).tolist() == list(range(12))
+
+
+# ------------------------------------------------------------------------------------------ staleness
+def test_sigma_matches_a_brute_force_history_while_the_window_slides():
+    rng = random.Random(3)
+    size, holders = 40, [1, 2, 3, 4]
+    hist = TouchHistory(size, segment=3, holders=holders)
+    updates: list[set[int]] = []  # every update's touched set, forever (the brute force)
+    pulled = {h: 0 for h in holders}  # the version each holder last pulled
+    for step in range(400):
+        if rng.random() < 0.6:  # an update touching a random set
+            touched = sorted(rng.sample(range(size), rng.randint(0, 6)))
+            hist.record(torch.tensor(touched, dtype=torch.int64))
+            updates.append(set(touched))
+        else:
+            h = rng.choice(holders)
+            if rng.random() < 0.5:  # a push: sigma of some entries, checked against the brute force
+                index = torch.tensor(sorted(rng.sample(range(size), 8)))
+                want = [sum(k in u for u in updates[pulled[h]:]) for k in index.tolist()]
+                assert hist.sigma(h, index).tolist() == want, step
+            else:  # a pull: the holder's window moves forward
+                hist.pull(h)
+                pulled[h] = len(updates)
+        assert hist.window() == len(updates) - min(pulled.values())
+        assert hist.nbytes() <= hist.bound(kept=6)
+
+
+def test_histogram_bins_are_powers_of_two():
+    h = Histogram()
+    h.add(torch.tensor([0, 1, 2, 3, 4, 7, 8, 1000]))
+    h.add(5)
+    assert h.rows() == [(0, 0, 1), (1, 1, 1), (2, 3, 2), (4, 7, 3), (8, 15, 1), (16, 31, 0), (32, 63, 0),
+                        (64, 127, 0), (128, 255, 0), (256, 511, 0), (512, 1023, 1)]
+
+
+# ------------------------------------------------------------------------------------------ runs
+def _run(tmp_path, name, *overrides):
+    cfg = load_config(overrides=[f"run.out='{tmp_path}'", f"run.name='{name}'", "run.backend='sim'", *overrides])
+    return run(cfg)
+
+
+def test_with_c_1_and_one_worker_adacomp_is_sequential_sgd(tmp_path):
+    steps, lr = 60, 0.1
+    path = _run(tmp_path, "one", "run.algorithm='adacomp'", "adacomp.c=1.0", f"adacomp.lr={lr}",
+                "cluster.workers=1", f"stop.max_steps={steps}", "stop.max_time=100", "eval.interval=100")
+    final = pd.read_csv(path / "evals.csv").iloc[-1]
+    # the run stops as step `steps` ends, before the PS applies it: the model has seen steps - 1 updates
+    cfg = load_config(overrides=["cluster.workers=1"])
+    job = build_job(cfg)
+    trainer = job.trainer(0)
+    for _ in range(steps - 1):
+        trainer.gradient()
+        trainer.sgd(lr)
+    ds = job.dataset
+    loss, acc = Evaluator(job, ds.x_test[job.test_index], ds.y_test[job.test_index])(trainer.params)
+    assert final.accuracy == acc and final.loss == pytest.approx(loss, rel=1e-6)
+    assert loss < 0.7 * pd.read_csv(path / "evals.csv").loss.iloc[0]
+
+
+def test_bytes_per_push_are_4l_plus_8k_plus_8(tmp_path):
+    c = 0.05
+    path = _run(tmp_path, "bytes", "run.algorithm='adacomp'", f"adacomp.c={c}", "cluster.workers=2",
+                "stop.max_time=1", "model.name='mlp'")
+    job = build_job(load_config(overrides=["model.name='mlp'"]))
+    sizes = [p.numel() for p in job.make_model().parameters()]
+    layers, kept = len(sizes), sum(keep_count(c, n) for n in sizes)
+    tags = pd.read_csv(path / "messages.csv")
+    push = tags[tags.tag == "push"]
+    assert (push.min_bytes == 4 * layers + 8 * kept + 8).all() and (push.max_bytes == push.min_bytes).all()
+    model = tags[tags.tag == "model"]
+    assert (model.min_bytes == 4 * sum(sizes) + 8).all()  # the reply: the model and its version
+    evals = pd.read_csv(path / "evals.csv")
+    assert evals.ps_ingress_bytes.iloc[-1] == push.bytes_sent.sum()
+
+
+@pytest.mark.parametrize("algorithm, c", [("comp_asgd", 0.05), ("asgd", None)])
+def test_baselines_bytes(tmp_path, algorithm, c):
+    extra = [f"{algorithm}.c={c}"] if c else []
+    path = _run(tmp_path, algorithm, f"run.algorithm='{algorithm}'", "cluster.workers=2", "stop.max_time=1",
+                "model.name='mlp'", *extra)
+    params = build_job(load_config(overrides=["model.name='mlp'"])).init_params.numel()
+    push = pd.read_csv(path / "messages.csv").query("tag == 'push'")
+    want = 8 * keep_count(c, params) + 8 if c else 4 * params + 8
+    assert (push.min_bytes == want).all() and (push.max_bytes == want).all()
+
+
+def test_ps_memory_stays_within_its_bound_with_200_workers(tmp_path):
+    path = _run(tmp_path, "many", "run.algorithm='adacomp'", "adacomp.c=0.01", "cluster.workers=200",
+                "cluster.hetero='adacomp-3class'", "data.batch_size=4", "stop.max_time=3", "eval.interval=1",
+                "adacomp.log_every=100", "cluster.random_wait_s=0.02")
+    mem = pd.read_csv(path / "series" / "ps_memory.csv")
+    assert len(mem) >= 5 and (mem.bytes <= mem.bound_bytes).all()
+    params = build_job(load_config(overrides=["cluster.workers=200", "data.batch_size=4"])).init_params.numel()
+    assert mem.bytes.max() < 4 * params * 200 / 4  # well below a copy of the counts per worker
+    assert mem.window.max() > 200  # slow workers keep old pulls outstanding: the window is long
+    hist = pd.read_csv(path / "series" / "staleness_hist.csv")
+    last = hist[hist.updates == hist.updates.max()]
+    updates = int(last.updates.iloc[0])
+    assert last[last.kind == "global"]["count"].sum() == updates  # one global staleness per update
+    nodes = pd.read_csv(path / "nodes.csv")
+    assert updates == nodes[nodes.role == "ps"].messages_recv.iloc[0]
+
+
+def test_crashes_after_pushes_take_workers_out(tmp_path):
+    path = _run(tmp_path, "crash", "run.algorithm='adacomp'", "cluster.workers=20", "cluster.crash_prob=0.002",
+                "stop.max_time=3", "data.batch_size=8")
+    nodes = pd.read_csv(path / "nodes.csv")
+    workers = nodes[nodes.role == "worker"]
+    assert 0 < workers.crashed.sum() < 20
+    # a crashed worker's last push still arrived: every push it made was counted at the PS
+    assert nodes[nodes.role == "ps"].messages_recv.iloc[0] == workers.messages_sent.sum()
