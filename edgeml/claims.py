@@ -54,7 +54,7 @@ TRENDS = ("increasing", "decreasing", "minimum")
 OPS = (">=", "<=", "between")
 CLAIM_KEYS = {"text", "metric", "run", "baseline", "kind", "paper_value", "op", "direction", "effect", "seeds",
               "targets", "rule", "figure"}
-TARGET_METRICS = ("time_to_target", "steps_to_target", "bytes_to_target")
+TARGET_METRICS = ("time_to_target", "steps_to_target", "bytes_to_target", "ingress_to_target")
 
 
 @dataclass(frozen=True)

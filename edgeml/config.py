@@ -68,6 +68,9 @@ class DataSection:
     """Label-sorted shards per worker for ``partition = "shards"``."""
     batch_size: int = 32
     """Mini-batch size of every worker; at most the smallest worker's share of the training set."""
+    train_samples: int = 0
+    """Train on a seeded random subset of this many training samples, split over the workers (adacomp.txt
+    Table II's 20% training set); 0: all of them."""
 
 
 @dataclass
@@ -398,6 +401,7 @@ RANGES: dict[str, Range] = {
     "load.disk_MBps": Range(0, open_lo=True),
     "data.alpha": Range(0, open_lo=True),
     "data.shards_per_worker": Range(1),
+    "data.train_samples": Range(0, zero="the whole training set"),
     "data.batch_size": Range(1),
     "cluster.workers": Range(1),
     "cluster.base_step_s": Range(0, zero="calibrate on the host (procs) or 0.01 s (sim)"),

@@ -29,8 +29,10 @@ import pandas as pd
 
 RULES = ("stays", "smoothed", "first", "stopping")
 SMOOTH_WINDOW = 5
-UNITS = {"time": "s", "steps": "steps", "bytes": "bytes"}
-COLUMNS = {"time": "time_s", "steps": "total_steps", "bytes": "total_bytes"}
+UNITS = {"time": "s", "steps": "steps", "bytes": "bytes", "ingress": "bytes"}
+COLUMNS = {"time": "time_s", "steps": "total_steps", "bytes": "total_bytes", "ingress": "ps_ingress_bytes"}
+"""Quantities spent until a target: time, steps, bytes sent by every node, and bytes into the parameter
+server (adacomp.txt's ingress traffic; NaN without the column)."""
 
 
 @dataclass(frozen=True)
@@ -60,16 +62,26 @@ class Target:
 
 @dataclass(frozen=True)
 class Reach:
-    """Time, steps and bytes at convergence; when ``censored``, what the run spent without converging."""
+    """Each quantity of ``COLUMNS`` at convergence; when ``censored``, what the run spent without converging."""
 
-    time_s: float
-    steps: float
-    bytes: float
+    values: dict  # {"time": s, "steps": ..., "bytes": ..., "ingress": ...}
     censored: bool
-    resolution: dict  # {"time": s, "steps": ..., "bytes": ...}: spacing of the evaluations
+    resolution: dict  # the same keys: spacing of the evaluations
 
     def value(self, quantity: str) -> float:
-        return {"time": self.time_s, "steps": self.steps, "bytes": self.bytes}[quantity]
+        return self.values[quantity]
+
+    @property
+    def time_s(self) -> float:
+        return self.values["time"]
+
+    @property
+    def steps(self) -> float:
+        return self.values["steps"]
+
+    @property
+    def bytes(self) -> float:
+        return self.values["bytes"]
 
 
 def stays_index(ok: np.ndarray) -> int | None:
@@ -106,14 +118,15 @@ def resolution(evals: pd.DataFrame) -> dict:
     """The median spacing of the evaluations in time, steps and bytes (what one evaluation interval is worth)."""
     out = {}
     for q, col in COLUMNS.items():
-        gaps = np.diff(evals[col].to_numpy(dtype=float))
+        gaps = np.diff(evals[col].to_numpy(dtype=float)) if col in evals else np.zeros(0)
         out[q] = float(np.median(gaps)) if gaps.size else math.nan
     return out
 
 
 def reach(evals: pd.DataFrame, target: Target, end: dict, stop: tuple[float, int] = (0.0, 0)) -> Reach:
-    """Where ``evals`` reaches ``target`` under its rule; ``end`` = {"time", "steps", "bytes"} the run spent
-    (the bounds of a censored run); ``stop`` = (loss variance threshold, window) for the stopping rule."""
+    """Where ``evals`` reaches ``target`` under its rule; ``end`` = {"time", "steps", "bytes", "ingress"} the run
+    spent (the bounds of a censored run; ingress optional); ``stop`` = (loss variance threshold, window) for the
+    stopping rule."""
     res = resolution(evals)
     if target.rule == "stopping":
         i = stopping_index(evals["loss"].to_numpy(dtype=float), *stop)
@@ -125,6 +138,6 @@ def reach(evals: pd.DataFrame, target: Target, end: dict, stop: tuple[float, int
              "first": lambda: first_index(target.meets(values)),
              "smoothed": lambda: smoothed_index(values, target)}[target.rule]()
     if i is None:
-        return Reach(float(end["time"]), float(end["steps"]), float(end["bytes"]), True, res)
+        return Reach({q: float(end.get(q, math.nan)) for q in COLUMNS}, True, res)
     row = rows.iloc[i]
-    return Reach(float(row["time_s"]), float(row["total_steps"]), float(row["total_bytes"]), False, res)
+    return Reach({q: float(row.get(col, math.nan)) for q, col in COLUMNS.items()}, False, res)

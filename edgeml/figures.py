@@ -70,7 +70,8 @@ def figure_tables(runs: list[Run]) -> dict[str, pd.DataFrame]:
     settings = group_settings(runs)
     for r in runs:
         tag = {"run": r.label, "method": r.method, "setting": settings[str(r.path)], "seed": r.seed}
-        evals.append(r.evals.assign(total_mb=r.evals["total_bytes"] / 1e6, **tag))
+        ingress = r.evals["ps_ingress_bytes"] if "ps_ingress_bytes" in r.evals else 0.0
+        evals.append(r.evals.assign(total_mb=r.evals["total_bytes"] / 1e6, ingress_mb=ingress / 1e6, **tag))
         n = r.table("nodes.csv", NODES_NEEDED)
         w = n[n["role"] == "worker"].copy()
         factors = r.meta().get("step_factors") or []
@@ -99,8 +100,8 @@ class FigureFile:
     caption: str
 
 
-STANDARD_PANELS = ("convergence_time", "convergence_steps", "convergence_bytes", "bars", "time_breakdown",
-                   "throughput")
+STANDARD_PANELS = ("convergence_time", "convergence_steps", "convergence_bytes", "convergence_ingress", "bars",
+                   "time_breakdown", "throughput")
 
 
 def panel_names() -> tuple[str, ...]:
@@ -111,7 +112,7 @@ def panel_names() -> tuple[str, ...]:
 
 def axis_label(metric: str, target: Target) -> str:
     if metric in QUANTITIES:
-        unit = {"time": " (s)", "steps": "", "bytes": " (bytes)"}[QUANTITIES[metric]]
+        unit = {"time": " (s)", "steps": "", "bytes": " (bytes)", "ingress": " (bytes into the PS)"}[QUANTITIES[metric]]
         return f"{QUANTITIES[metric]} until {replace(target, note='')}{unit}"
     return metric
 
@@ -159,9 +160,10 @@ def write_figures(runs: list[Run], out: Path, cmp: Comparison | None = None, pan
     def want(name: str) -> bool:
         return wanted is None or name in wanted
 
+    has_ps = bool((tables["evals"]["ingress_mb"] > 0).any())
     for name, x in (("convergence_time", "time_s"), ("convergence_steps", "total_steps"),
-                    ("convergence_bytes", "total_mb")):
-        if want(name):
+                    ("convergence_bytes", "total_mb"), ("convergence_ingress", "ingress_mb")):
+        if want(name) and (x != "ingress_mb" or has_ps):  # ingress: only where a parameter server received
             figures.append((name, lambda x=x: plots.convergence(tables["evals"], x, ctx),
                             f"{paper}test loss and accuracy of the global model against {plots.X_NAMES[x]}, "
                             f"{measured}{band}"))

@@ -34,8 +34,9 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 from edgeml.stats import bootstrap_band, bootstrap_ci  # noqa: E402
 
 X_AXES = {"time_s": "training time (s)", "total_steps": "total steps over all workers",
-          "total_mb": "bytes sent by all nodes (MB)"}
-X_NAMES = {"time_s": "training time", "total_steps": "total steps", "total_mb": "bytes sent"}
+          "total_mb": "bytes sent by all nodes (MB)", "ingress_mb": "bytes into the parameter server (MB)"}
+X_NAMES = {"time_s": "training time", "total_steps": "total steps", "total_mb": "bytes sent",
+           "ingress_mb": "ingress at the parameter server"}
 PARTS = {"computation": "#4C72B0", "communication": "#DD8452", "waiting": "#C44E52"}
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 DASHES = ("-", "--", ":", "-.", (0, (6, 2, 1, 2, 1, 2)), (0, (10, 3)), (0, (1, 3)), (0, (4, 1, 4, 4)))
@@ -125,7 +126,7 @@ def _curve_on_grid(g: pd.DataFrame, x: str, y: str) -> tuple[np.ndarray, np.ndar
 
 
 def convergence(evals: pd.DataFrame, x: str = "time_s", context: str = "") -> Figure:
-    """Test accuracy and loss against ``x`` (time_s, total_steps or total_mb): a line per run, colour and
+    """Test accuracy and loss against ``x`` (time_s, total_steps, total_mb or ingress_mb): a line per run, colour and
     marker by method, line style by setting, a 95% band over seeds."""
     st = Styles.of(evals)
     fig, axes = _figure(1, 2, 11, 4.6)

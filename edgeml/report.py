@@ -113,7 +113,7 @@ class Run:
     def reach(self, target: Target) -> Reach:
         s, stop = self.summary, self.config.get("stop", {})
         return reach(self.evals, target, {"time": s["duration_s"], "steps": s["total_steps"],
-                                          "bytes": s["total_bytes"]},
+                                          "bytes": s["total_bytes"], "ingress": s["ps_ingress_bytes"]},
                      (float(stop.get("loss_variance") or 0.0), int(stop.get("window") or 0)))
 
     def decided(self, name: str) -> float | None:

@@ -74,10 +74,10 @@ class Job:
         return build_model(self.model_name, ds.input_shape, ds.num_classes, width=self.cfg.model.width)
 
     def trainer(self, worker: int | None, device: str = "cpu", gen: torch.Generator | None = None) -> "Trainer":
-        """Worker ``worker``'s trainer over its shard (``None``: over the whole training set, for training on one
+        """Worker ``worker``'s trainer over its shard (``None``: over every training sample in use, for training on one
         device), starting from the common initial model (``gen``: the node's own generator, ``node.gen``)."""
         ds = self.dataset
-        idx = self.shards[worker] if worker is not None else torch.arange(len(ds.y_train))
+        idx = self.shards[worker] if worker is not None else torch.cat(self.shards).sort().values
         return Trainer(self.make_model(), loss_for(self.model_name), ds.x_train, ds.y_train, idx,
                        self.cfg.data.batch_size, seed=self.cfg.run.seed * 100_003 + (worker or 0),
                        init=self.init_params, device=device, gen=gen)
@@ -90,14 +90,21 @@ def build_job(cfg, base_step_s: float | None = None) -> Job:
     ds = load_dataset(cfg.data.dataset, root=cfg.data.root or None, download=cfg.data.download)
     model_name = cfg.model.name or default_model(ds)
     n = cfg.cluster.workers
-    if n > len(ds.y_train):
-        raise UserError(f"{n} workers but only {len(ds.y_train)} training samples: use fewer workers")
-    shards = partition(ds.y_train, n, cfg.data.partition, seed=cfg.run.seed, alpha=cfg.data.alpha,
-                       shards_per_part=cfg.data.shards_per_worker)
+    pool = torch.arange(len(ds.y_train))  # the training samples in use
+    if cfg.data.train_samples:
+        if cfg.data.train_samples > len(pool):
+            raise UserError(f"data.train_samples = {cfg.data.train_samples} but {cfg.data.dataset} has only "
+                            f"{len(pool)} training samples: use at most that many, or 0 for all")
+        g = torch.Generator().manual_seed(cfg.run.seed + 11)
+        pool = torch.randperm(len(pool), generator=g)[:cfg.data.train_samples].sort().values
+    if n > len(pool):
+        raise UserError(f"{n} workers but only {len(pool)} training samples: use fewer workers")
+    shards = [pool[s] for s in partition(ds.y_train[pool], n, cfg.data.partition, seed=cfg.run.seed,
+                                         alpha=cfg.data.alpha, shards_per_part=cfg.data.shards_per_worker)]
     smallest = min(range(n), key=lambda w: len(shards[w]))
     if cfg.data.batch_size > len(shards[smallest]):
         raise UserError(f"data.batch_size = {cfg.data.batch_size} is larger than worker {smallest}'s share of "
-                        f"{len(shards[smallest])} training samples ({cfg.data.partition} split of {len(ds.y_train)} "
+                        f"{len(shards[smallest])} training samples ({cfg.data.partition} split of {len(pool)} "
                         f"over {n} workers): use --batch-size {len(shards[smallest])} or less, or fewer workers")
     torch.manual_seed(cfg.run.seed)
     model = build_model(model_name, ds.input_shape, ds.num_classes, width=cfg.model.width)

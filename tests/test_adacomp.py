@@ -146,3 +146,14 @@ def test_crashes_after_pushes_take_workers_out(tmp_path):
     assert 0 < workers.crashed.sum() < 20
     # a crashed worker's last push still arrived: every push it made was counted at the PS
     assert nodes[nodes.role == "ps"].messages_recv.iloc[0] == workers.messages_sent.sum()
+
+
+def test_a_seeded_subset_of_the_training_set_is_split_over_the_workers():
+    # adacomp.txt Table II trains on 20% of the training set
+    cfg = load_config(overrides=["cluster.workers=5", "data.train_samples=300"])
+    a, b = build_job(cfg), build_job(cfg)
+    union = torch.cat(a.shards)
+    assert len(union) == 300 and len(union.unique()) == 300
+    assert all(torch.equal(x, y) for x, y in zip(a.shards, b.shards))
+    full = build_job(load_config(overrides=["cluster.workers=5"]))
+    assert sum(len(s) for s in full.shards) == len(full.dataset.y_train)

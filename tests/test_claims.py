@@ -35,7 +35,8 @@ def test_stays_below_ignores_a_curve_that_dips_once():
     assert reach(evals, Target("loss", 0.9, "first"), END).time_s == 40.0
     stays = reach(evals, Target("loss", 0.9), END)
     assert (stays.time_s, stays.steps, stays.bytes, stays.censored) == (140.0, 595.0, 7000.0, False)
-    assert stays.resolution == {"time": 20.0, "steps": 85.0, "bytes": 1000.0}
+    assert {q: stays.resolution[q] for q in ("time", "steps", "bytes")} == {"time": 20.0, "steps": 85.0, "bytes": 1000.0}
+    assert math.isnan(stays.resolution["ingress"])  # no ps_ingress_bytes column in this table
     # the mean of the last 5 evaluations first falls to 0.9 at t = 220, once the 1.1 has left the window
     assert reach(evals, Target("loss", 0.9, "smoothed"), END).time_s == 220.0
     assert stays_index(np.array([True, False, True, True])) == 2

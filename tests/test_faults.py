@@ -120,7 +120,7 @@ def test_the_final_row_averages_every_node_that_ever_exposed(plugins):
     kernel, monitor, status, _ = simulate("run.algorithm='fault-exposers'", "cluster.workers=3",
                                           "stop.max_time=2", "cluster.crashes=[{worker=1, time=1.0}]")
     models = [n.exposed for n in kernel.nodes.values()]
-    loss, acc = monitor.evaluator(torch.stack(models).mean(0))
+    loss, acc = monitor.evaluator(torch.stack([m.double() for m in models]).mean(0).float())  # as the monitor does
     assert (monitor.rows[-1]["loss"], monitor.rows[-1]["accuracy"]) == (loss, acc)
     live = torch.stack([models[0], models[2]]).mean(0)
     assert monitor.evaluator(live)[0] != loss

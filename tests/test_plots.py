@@ -239,8 +239,8 @@ def test_series_figures_come_from_the_registry(tmp_path, monkeypatch):
 def test_runs_without_series_skip_those_figures(tmp_path):
     make_run(tmp_path, "bsp")
     written = {f.name for f in write_figures(load_runs([str(tmp_path)]), tmp_path / "fig")}
-    assert written == {"convergence_time", "convergence_steps", "convergence_bytes", "bars", "time_breakdown",
-                       "throughput"}
+    assert written == {"convergence_time", "convergence_steps", "convergence_bytes", "convergence_ingress", "bars",
+                       "time_breakdown", "throughput"}  # ingress: the run's parameter server received bytes
 
 
 def test_a_run_without_nodes_csv_gives_one_line(tmp_path):
