@@ -244,17 +244,6 @@ class Env:
 
 
 # ------------------------------------------------------------------------------------------------- from the config
-def roles_of(cfg) -> dict[str, list[int]]:
-    """Role -> ranks of the configured algorithm's nodes (programs in rank order from 1, as
-    ``runtime.base.layout`` numbers them)."""
-    from edgeml.algorithms import get_algorithm
-
-    roles: dict[str, list[int]] = {}
-    for rank, (role, _) in enumerate(get_algorithm(cfg.run.algorithm).nodes(cfg), start=1):
-        roles.setdefault(role, []).append(rank)
-    return roles
-
-
 def parse_nodes(spec: Any, roles: Mapping[str, list[int]], key: str) -> list[int]:
     """The ranks a node set names (``NODE_SETS``), sorted; ``UserError`` naming ``key`` when it names none or
     a node that does not exist."""
@@ -368,6 +357,8 @@ def _network(cfg, roles: Mapping[str, list[int]], links: Mapping[int, Any]) -> t
 def build_env(cfg, roles: Mapping[str, list[int]] | None = None, *, base_step_s: float | None = None) -> Env:
     """Resolve the config's devices, network, failures, waits and load schedule for the algorithm's nodes
     (``roles``: role -> ranks; by default those of ``cfg.run.algorithm``). Raises ``UserError`` on bad input."""
+    from edgeml.algorithms.registry import roles_of
+
     roles = {role: list(ranks) for role, ranks in (roles or roles_of(cfg)).items()}
     cluster = build_cluster(cfg)
     workers = roles.get("worker", [])

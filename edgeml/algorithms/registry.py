@@ -44,6 +44,15 @@ def get_algorithm(name: str) -> AlgorithmSpec:
     return REGISTRY[key]
 
 
+def roles_of(cfg) -> dict[str, list[int]]:
+    """Role -> ranks of the configured algorithm's nodes (programs in rank order from 1, as
+    ``runtime.base.layout`` numbers them)."""
+    roles: dict[str, list[int]] = {}
+    for rank, (role, _) in enumerate(get_algorithm(cfg.run.algorithm).nodes(cfg), start=1):
+        roles.setdefault(role, []).append(rank)
+    return roles
+
+
 def _load_plugins() -> None:
     """Import the modules named in ``EDGEML_PLUGINS`` (comma-separated), which register more algorithms.
 
