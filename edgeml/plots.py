@@ -39,6 +39,8 @@ X_NAMES = {"time_s": "training time", "total_steps": "total steps", "total_mb": 
            "ingress_mb": "ingress at the parameter server"}
 PARTS = {"computation": "#4C72B0", "communication": "#DD8452", "waiting": "#C44E52"}
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+HATCHES = ("", "//", "..", "xx", "\\\\", "++")
+"""Bar fills that tell apart runs of one method (one colour) in the same panel."""
 DASHES = ("-", "--", ":", "-.", (0, (6, 2, 1, 2, 1, 2)), (0, (10, 3)), (0, (1, 3)), (0, (4, 1, 4, 4)))
 GRID_POINTS = 80
 MAX_WIDTH = 14.0     # inches; at 150 dpi a figure is at most 2100 px wide
@@ -426,6 +428,41 @@ def trials(df: pd.DataFrame, context: str = "") -> Figure:
     return fig
 
 
+def rounds(df: pd.DataFrame, context: str = "") -> Figure:
+    """Synchronous rounds in which devices train locally (ESync): each device's local iterations per round, and
+    the longest it waited at an aggregation against its capability (the duration of one of its iterations;
+    esync.txt Alg. 2 keeps the wait below the capability plus the State Server's epsilon)."""
+    st = Styles.of(df)
+    fig, axes = _figure(1, 2, 11, 4.6)
+    df = df.assign(device=df["rank"] - df.groupby("run")["rank"].transform("min"))
+    per = (df.groupby(["run", "method", "setting", "seed", "device"], sort=False)
+           .agg(iterations=("iterations", "mean"), wait=("wait_s", "max"), capability=("capability", "median"))
+           .reset_index())
+    runs = list(dict.fromkeys(per["run"]))
+    width = 0.8 / len(runs)
+    for k, run in enumerate(runs):
+        d = per[per["run"] == run].groupby("device", as_index=False).agg(
+            method=("method", "first"), iterations=("iterations", "mean"), lo=("iterations", "min"),
+            hi=("iterations", "max"))
+        colour = st.colour[d["method"].iloc[0]]
+        x = d["device"] + (k - (len(runs) - 1) / 2) * width
+        axes[0].bar(x, d["iterations"], width, color=colour, alpha=0.8, label=run, hatch=HATCHES[k % len(HATCHES)],
+                    edgecolor="white", yerr=[d["iterations"] - d["lo"], d["hi"] - d["iterations"]], capsize=2)
+        m = per[per["run"] == run]
+        axes[1].plot(m["capability"], m["wait"], lw=0, marker=st.marker[d["method"].iloc[0]], color=colour, ms=6)
+    axes[0].set_xlabel("device (in rank order)")
+    axes[0].set_ylabel("local iterations per round (mean over rounds)")
+    axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))
+    top = float(np.nanmax(per[["capability", "wait"]].to_numpy())) if len(per) else 1.0
+    axes[1].plot([0, top], [0, top], color="0.4", ls="--", lw=1)
+    axes[1].set_xlabel("capability: seconds per local iteration")
+    axes[1].set_ylabel("longest wait at an aggregation (s)")
+    axes[1].set_title("one point per device and seed; dashed: wait = capability")
+    axes[0].legend(title="run", frameon=False, fontsize=8)
+    _title(fig, "Local iterations per round and waiting at aggregation, per device", context)
+    return fig
+
+
 @dataclass(frozen=True)
 class SeriesFigure:
     draw: Callable[[pd.DataFrame, str], Figure]
@@ -443,4 +480,7 @@ SERIES_FIGURES = {
                             "Each worker's commit count at every checkpoint against C_target, and their spread"),
     "trials": SeriesFigure(trials, ("epoch", "rate", "reward"),
                            "Each trial's reward against the commit rate it tried, a line per search"),
+    "rounds": SeriesFigure(rounds, ("rank", "iterations", "wait_s", "capability"),
+                           "Each device's local iterations per round, and its longest wait at an aggregation "
+                           "against its capability"),
 }

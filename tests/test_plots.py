@@ -200,6 +200,9 @@ SERIES = {
                              "worker": [0, 1, 0, 1], "commits": [1, 0, 2, 2], "target": [1, 1, 2, 2]}),
     "trials": pd.DataFrame({"time_s": [8.0, 8.0], "rank": 2, "role": "scheduler", "epoch": 0, "rate": [1, 2],
                             "reward": [0.1, 0.2]}),
+    "rounds": pd.DataFrame({"time_s": [0.06, 0.06, 0.12, 0.12], "rank": [2, 3, 2, 3], "role": "worker",
+                            "round": [1, 1, 2, 2], "iterations": [5, 1, 6, 1], "wait_s": [0.01, 0.0, 0.0, 0.0],
+                            "capability": [0.01, 0.06, 0.01, 0.06]}),
 }
 
 
@@ -210,13 +213,22 @@ def test_plot_command_writes_every_figure(tmp_path):
     result = CliRunner().invoke(cli.app, ["plot", str(tmp_path / "runs"), "--out", str(tmp_path / "fig")])
     assert result.exit_code == 0, result.output
     names = ["convergence_time", "convergence_steps", "convergence_bytes", "bars", "time_breakdown", "throughput",
-             "staleness", "decisions", "commits", "trials"]
+             "staleness", "decisions", "commits", "trials", "rounds"]
     for name in names:
         for ext in ("png", "pdf"):
             path = tmp_path / "fig" / f"{name}.{ext}"
             assert path.stat().st_size > 1000
             assert str(path) in result.output
     assert (tmp_path / "fig" / "convergence_time.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_rounds_figure_shows_each_devices_iterations_and_wait():
+    df = SERIES["rounds"].assign(run="esync", method="esync", setting="", seed=0)
+    fig = plots.rounds(df)
+    bars, points = fig.axes[0], fig.axes[1]
+    assert sorted(round(p.get_height(), 6) for p in bars.patches) == [1.0, 5.5]  # device 0: 5 and 6 iterations
+    assert sorted(points.lines[0].get_xdata().tolist()) == [0.01, 0.06]  # capabilities
+    assert sorted(points.lines[0].get_ydata().tolist()) == [0.0, 0.01]  # longest waits
 
 
 def test_series_figures_come_from_the_registry(tmp_path, monkeypatch):

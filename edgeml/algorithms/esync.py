@@ -31,8 +31,9 @@ Choices where the paper is silent (settings):
 - ``probe``: Alg. 1 line 3 measures the first capability with a batch (``step``); the authors' code ran one
   forward pass (``forward``, modelled as a third of a step).
 
-Recorded: ``series/rounds.csv`` (per device and round: local iterations, waiting time at aggregation, and in
-delayed-ACK mode the iteration the READY was for and delta); the counter ``rounds`` (at device 0).
+Recorded: ``series/rounds.csv`` (per device and round: local iterations, waiting time at aggregation, the
+capability c, and in delayed-ACK mode the iteration the READY was for and delta); the counter ``rounds`` (at
+device 0).
 
 **SSGD** (synchronous data-parallel SGD): every device computes one mini-batch gradient, the gradients are
 averaged (all-reduce or parameter server, ``ssgd.aggregation``) and every replica takes the same step. With
@@ -288,7 +289,7 @@ def esync_device(node: Node) -> None:
         trainer.params.copy_(w_t)
         t += 1
         row = {"round": t, "iterations": k, "aggregation_s": node.now() - t0,
-               "wait_s": node.counters.wait_s - waited}
+               "wait_s": node.counters.wait_s - waited, "capability": c}
         if asked_for is not None:
             row.update(ready_for=asked_for, delta=k - asked_for + 1)
         node.log("rounds", **row)
