@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from edgeml.algorithms.adacomp import Histogram, TouchHistory, keep_count, top_c
+from edgeml.algorithms.adacomp import Histogram, TouchHistory, keep_count, staleness_rate, top_c
 from edgeml.config import load_config
 from edgeml.runner import run
 from edgeml.train import Evaluator, build_job
@@ -38,6 +38,34 @@ def test_top_c_keeps_the_largest_of_each_layer_with_ties_to_the_lowest_index():
 
 
 # ------------------------------------------------------------------------------------------ staleness
+def test_sigma_on_a_hand_made_history_as_the_oldest_pull_advances():
+    hist = TouchHistory(6, segment=2, holders=[1, 2])  # both hold version 0
+    hist.record(torch.tensor([0, 1]))  # update 0
+    hist.pull(1)  # worker 1 holds version 1
+    hist.record(torch.tensor([1, 2]))  # update 1
+    hist.record(torch.tensor([1]))  # update 2
+    k = torch.tensor([0, 1, 2, 3])
+    assert hist.sigma(2, k).tolist() == [1, 3, 1, 0]  # updates 0-2 (Eq. 3, u = j .. i-1)
+    assert hist.sigma(1, k).tolist() == [0, 2, 1, 0]  # updates 1-2 only
+    assert hist.window() == 3 and len(hist.closed) == 1  # the segment of versions 0-1 holds both pulls
+    hist.pull(2)  # the oldest pull advances to version 1: version 0 is forgotten
+    assert hist.window() == 2 and hist.sigma(2, k).tolist() == [0, 0, 0, 0]
+    seg = hist.closed[0]
+    assert seg.start == 1 and seg.log == []  # a single checkpoint at the one pull it still holds
+    hist.record(torch.tensor([3]))  # update 3 closes the segment of versions 2-3, which holds worker 2's pull
+    assert hist.sigma(1, k).tolist() == [0, 2, 1, 1] and hist.sigma(2, k).tolist() == [0, 0, 0, 1]
+    hist.pull(1)  # no pull left in the segment of version 1: it is dropped
+    assert [(s.start, len(s.log)) for s in hist.closed] == [(3, 0)] and hist.window() == 1
+    assert hist.sigma(2, k).tolist() == [0, 0, 0, 1] and hist.sigma(1, k).tolist() == [0, 0, 0, 0]
+
+
+def test_staleness_rate_is_eq_5():
+    assert staleness_rate(0.6, 0) == 0.6 and staleness_rate(0.6, 1) == 0.6 and staleness_rate(0.6, 3) == 0.6 / 3
+    assert staleness_rate(0.6, torch.tensor([0, 1, 2, 4])).tolist() == pytest.approx([0.6, 0.6, 0.3, 0.15])
+    assert staleness_rate(0.6, 5, aware=False) == 0.6  # plain ASGD: every update gets alpha
+    assert staleness_rate(0.6, torch.tensor([0, 7]), aware=False) == 0.6
+
+
 def test_sigma_matches_a_brute_force_history_while_the_window_slides():
     rng = random.Random(3)
     size, holders = 40, [1, 2, 3, 4]
@@ -94,6 +122,32 @@ def test_with_c_1_and_one_worker_adacomp_is_sequential_sgd(tmp_path):
     assert loss < 0.7 * pd.read_csv(path / "evals.csv").loss.iloc[0]
 
 
+@pytest.mark.parametrize("aware", [True, False])
+def test_asgd_replays_as_alpha_over_staleness_or_plain_alpha(tmp_path, aware):
+    # every applied update, in the PS's order (the staleness series), replayed by hand: each worker's gradient
+    # on the model it last pulled, times alpha / max(1, sigma) (Sec. V-B) or alpha (staleness_aware = false)
+    lr, workers = 0.2, 3
+    path = _run(tmp_path, "asgd", "run.algorithm='asgd'", f"asgd.lr={lr}", f"asgd.staleness_aware={str(aware).lower()}",
+                f"cluster.workers={workers}", "stop.max_steps=45", "stop.max_time=100", "eval.interval=100",
+                "cluster.random_wait_s=0.01")
+    order = pd.read_csv(path / "series" / "staleness.csv")
+    job = build_job(load_config(overrides=[f"cluster.workers={workers}"]))
+    trainers = [job.trainer(w) for w in range(workers)]
+    W, version, pulled = job.init_params.clone(), 0, [0] * workers
+    for w, s in zip(order.worker, order.staleness):
+        assert s == version - pulled[w]
+        trainers[w].gradient()
+        W.add_(trainers[w].grad, alpha=-(lr / max(1, s) if aware else lr))
+        version += 1
+        trainers[w].params.copy_(W)
+        pulled[w] = version
+    assert order.staleness.max() >= 2  # the two rates differ on these updates
+    ds = job.dataset
+    loss, acc = Evaluator(job, ds.x_test[job.test_index], ds.y_test[job.test_index])(W)
+    final = pd.read_csv(path / "evals.csv").iloc[-1]
+    assert final.accuracy == acc and final.loss == pytest.approx(loss, rel=1e-6)
+
+
 def test_bytes_per_push_are_4l_plus_8k_plus_8(tmp_path):
     c = 0.05
     path = _run(tmp_path, "bytes", "run.algorithm='adacomp'", f"adacomp.c={c}", "cluster.workers=2",
@@ -134,6 +188,9 @@ def test_ps_memory_stays_within_its_bound_with_200_workers(tmp_path):
     last = hist[hist.updates == hist.updates.max()]
     updates = int(last.updates.iloc[0])
     assert last[last.kind == "global"]["count"].sum() == updates  # one global staleness per update
+    sizes = [p.numel() for p in build_job(load_config(overrides=["data.batch_size=4"])).make_model().parameters()]
+    kept = sum(keep_count(0.01, n) for n in sizes)  # one sigma_k per received entry
+    assert last[last.kind == "parameter"]["count"].sum() == updates * kept
     nodes = pd.read_csv(path / "nodes.csv")
     assert updates == nodes[nodes.role == "ps"].messages_recv.iloc[0]
 

@@ -32,13 +32,19 @@ Choices where the paper is open:
   changes nothing and counts for nothing.
 - *dTheta and alpha*: dTheta is the plain mini-batch gradient (Alg. 1 line 11); alpha is applied at the PS
   (Eq. 4), constant (the paper gives neither its value nor a schedule); no momentum.
+- *The baselines' rate*: Sec. V-B says only that "the learning rate is divided by staleness and is global to
+  each update"; we read it as Eq. 5 with the update's staleness sigma (versions made since the worker's pull),
+  alpha at sigma = 0. ``staleness_aware = false`` turns the division off (for all three algorithms): plain
+  asynchronous SGD, as other papers run ASGD, and an ablation of Eq. 5 for AdaComp.
+- *Comp-ASGD's selection*: [11] selects either at random or the largest entries; we keep the largest (by
+  absolute value, over the whole update), the variant the paper contrasts with per-layer selection (Sec. IV-b).
 - *The first push*: every worker starts from Theta(0), the run's common initial model, as pulled at j = 0.
 - *Staleness*: counted over exactly the updates j .. i-1 (Eq. 3), whatever the delay; history older than
   every outstanding pull is dropped. (The authors' public code counted over the whole history when the delay
   was 0, and its top-c loops crash; we implement the paper's definitions.) The PS cannot tell a crashed
   worker from a slow one, so a crashed worker's pull stays outstanding.
 - *Update order*: arrival order at the PS. The paper's platform added a random wait between computation and
-  push; here the environment's waits, device speeds and links decide arrivals.
+  push (Sec. V-A); here ``cluster.random_wait_s`` does (``node.push`` sleeps it), with device speeds and links.
 
 Bookkeeping for Eq. 3 (``TouchHistory``). With ``count[k]`` the number of updates that touched k so far,
 sigma_k(j) = count_k(now) - count_k(j), so the PS needs count(j) for every outstanding pull j (one per worker).
@@ -97,8 +103,9 @@ class ASGDConfig:
     """PS updates between two writes of the ``staleness_hist`` (and AdaComp's ``ps_memory``) series; one more
     write at the end of the run."""
     staleness_aware: bool = True
-    """ASGD: divide the learning rate by the update's staleness (adacomp.txt Sec. V-B); off, every update gets
-    alpha (the plain Async of esync.txt). AdaComp and Comp-ASGD always divide."""
+    """Divide alpha by the staleness (Eq. 5; the update's for ASGD and Comp-ASGD, Sec. V-B, each entry's sigma_k
+    for AdaComp). Off, every update gets the plain alpha: ASGD as esync.txt runs it, and for AdaComp or
+    Comp-ASGD an ablation of the staleness rate."""
 
     def eta(self, num_workers: int) -> float:
         """The kit's global rate: alpha itself (workers push raw gradients)."""
@@ -298,7 +305,7 @@ class TouchHistory:
         return self.version - min(j for _, j in self.held.values()) if self.held else 0
 
     def bound(self, kept: int) -> int:
-        """The module docstring's bound 4 (P + K) (3 + min(W, 2 ceil(d / E))) for at most ``kept`` touches per update."""
+        """The module docstring's bound 4 (P + K) (3 + min(W, 2 ceil(d / E))), ``kept`` = K touches per update at most."""
         d = self.window()
         return 4 * (self.size + kept) * (3 + min(len(self.held), 2 * -(-d // self.segment)))
 
@@ -306,13 +313,24 @@ class TouchHistory:
 # ------------------------------------------------------------------------------------------ the server
 
 
+def staleness_rate(alpha: float, sigma: int | torch.Tensor, aware: bool = True) -> float | torch.Tensor:
+    """Eq. 5: alpha / sigma, alpha when sigma = 0 (sigma an update's staleness, or a tensor of sigma_k); alpha
+    whatever sigma when not ``aware``."""
+    import torch
+
+    if not aware:
+        return alpha
+    if isinstance(sigma, int):
+        return alpha / max(1, sigma)
+    return alpha / sigma.clamp(min=1).to(torch.float32)
+
+
 def asgd_rule(ps: ParameterServer, msg: Message, staleness: int) -> None:
-    """Theta -= alpha / sigma * dTheta, alpha when sigma = 0 (adacomp.txt Sec. V-B); plain alpha without
-    ``staleness_aware`` (esync.txt's Async)."""
+    """Theta -= alpha / sigma * dTheta, alpha when sigma = 0 (adacomp.txt Sec. V-B)."""
     from edgeml.runtime import wire
 
-    sigma = max(1, staleness) if ps.node.algo.staleness_aware else 1
-    ps.W.add_(wire.dense_decode(msg.data), alpha=-ps.eta / sigma)
+    rate = staleness_rate(ps.eta, staleness, ps.node.algo.staleness_aware)
+    ps.W.add_(wire.dense_decode(msg.data), alpha=-rate)
 
 
 def comp_asgd_rule(ps: ParameterServer, msg: Message, staleness: int) -> None:
@@ -320,7 +338,8 @@ def comp_asgd_rule(ps: ParameterServer, msg: Message, staleness: int) -> None:
     from edgeml.runtime import wire
 
     index, values = wire.sparse_decode(msg.data)
-    ps.W.index_add_(0, index, values, alpha=-ps.eta / max(1, staleness))
+    rate = staleness_rate(ps.eta, staleness, ps.node.algo.staleness_aware)
+    ps.W.index_add_(0, index, values, alpha=-rate)
 
 
 class AsyncServer(ParameterServer):
@@ -374,7 +393,7 @@ class AdaCompServer(AsyncServer):
         index, values = wire.sparse_layers_decode(msg.data, self.spans)
         sigma = self.history.sigma(msg.src, index)
         self.sigma_hist.add(sigma)
-        rate = self.eta / sigma.clamp(min=1).to(values.dtype)
+        rate = staleness_rate(self.eta, sigma, self.node.algo.staleness_aware)
         self.W.index_add_(0, index, values * rate, alpha=-1.0)
         self.history.record(index[values != 0])
 
