@@ -305,7 +305,7 @@ class TouchHistory:
         return self.version - min(j for _, j in self.held.values()) if self.held else 0
 
     def bound(self, kept: int) -> int:
-        """The module docstring's bound 4 (P + K) (3 + min(W, 2 ceil(d / E))), ``kept`` = K touches per update at most."""
+        """The memory bound of the module docstring, 4 (P + K) (3 + min(W, 2 ceil(d / E))), with K = ``kept``."""
         d = self.window()
         return 4 * (self.size + kept) * (3 + min(len(self.held), 2 * -(-d // self.segment)))
 
