@@ -42,11 +42,13 @@ multiply-adds per sample, ``forward_macs``): a batch of n points costs n / b ste
 losses M / (3 b) (a forward pass each); the aggregator's phases their multiply-adds (``phase_ops``, from
 Table 3 and the scikit-learn algorithms used) divided by a step's. Generation and loss times are logged.
 
-Recorded: ``series/epochs.csv`` (per platform and epoch: ratio, points, predicted and measured training time,
-mixing weight, whether failed) and ``series/decisions.csv`` (``data_ratio``, ``predicted_s``, ``measured_s``,
-``prediction_error`` per epoch; ``aggregated_share``, the share of the epoch spent on the aggregated points'
-losses; ``reduce_s``, ``divide_s``, ``generate_s``, ``generation_s`` once; ``reassigned`` per event); the
-counters ``epochs`` (at the first live platform) and ``reassignments``.
+Recorded: ``series/epochs.csv`` (per platform and epoch: data ratio r_i, points processed, data |X_i|,
+predicted and measured training time, mixing weight, whether failed; GoSGD: ratio 1, no prediction) and
+``series/decisions.csv`` (``data_ratio`` per epoch; EdgeGossip also ``prediction_error`` |predicted -
+measured| / measured, ``aggregated_share`` (the share of the epoch spent on the aggregated points' losses)
+and ``predictor_s`` (fitting the predictor, wall time: 0 in ``sim``) per epoch, ``reduce_s``, ``divide_s``,
+``generate_s``, ``generation_s`` and ``aggregated_points`` once, ``reassigned`` per reassignment); the
+counters ``epochs`` (epochs all live platforms completed, at the first live platform) and ``reassignments``.
 
 Not modelled: moving a failed platform's data to the live ones costs nothing (the paper's exception handling
 runs the failed tasks elsewhere without saying how the data get there).
@@ -517,15 +519,16 @@ class Platform:
         self.gossip.after_step()
         return duration
 
-    def barrier(self, value: float = 0.0) -> list[float]:
-        """End of an epoch: wait for every live platform; returns every platform's ``value`` (0 when dead)."""
+    def barrier(self, value: float = 0.0, count: bool = True) -> list[float]:
+        """End of an epoch: wait for every live platform; returns every platform's ``value`` (0 when dead).
+        ``count``: an epoch ended here (the first barrier of EdgeGossip precedes its first epoch)."""
         import torch
 
         v = torch.zeros(len(self.platforms), dtype=torch.float64)
         v[self.node.index] = value
         self.node.all_reduce(v)
         self.gossip.drain()
-        if self.node.index == min(i for i, r in enumerate(self.platforms) if self.node.alive(r)):
+        if count and self.node.index == min(i for i, r in enumerate(self.platforms) if self.node.alive(r)):
             self.node.count("epochs")
         return v.tolist()
 
@@ -598,18 +601,18 @@ class EdgePlatform(Platform):
     def run(self) -> None:
         node, cfg, me = self.node, self.cfg, self.node.index
         sizes = [len(s) for s in self.shards]
-        load = node.load()
+        node.load()  # the first reading's window starts here
         while True:
             start = node.now()
-            t0 = node.now()
             losses, members = self.losses([self.points["own"]])
-            loss_s = node.now() - t0
-            load = node.load()
+            loss_s = node.now() - start
+            load = node.load()  # the latest reading: what the next epoch is predicted under
             if self.predictor.t0 is None:  # the first epoch: the speed of the forward passes just made
                 self.predictor.calibrate(load, loss_s / (len(losses) * FORWARD_WORK))
             t_point = self.predictor.predict(load)
+            p = self.barrier(1.0 / t_point, count=self.epoch > 0)
             try:
-                plan = balance(self.barrier(1.0 / t_point), sizes, cfg.p_threshold, cfg.f_threshold)
+                plan = balance(p, sizes, cfg.p_threshold, cfg.f_threshold)
             except NoPlatformLeft as exc:
                 node.stop_run(str(exc))
             ratio = plan.ratios[me]
@@ -635,8 +638,6 @@ class EdgePlatform(Platform):
             self.predictor.calibrate(used, measured / max(points, 1))
             node.log("decisions", name="predictor_s", value=node.now() - t0)
             error = abs(predicted - measured) / measured if measured > 0 else math.nan
-            node.log("decisions", name="predicted_s", value=predicted)
-            node.log("decisions", name="measured_s", value=measured)
             node.log("decisions", name="prediction_error", value=error)
             node.log("decisions", name="aggregated_share", value=loss_s / max(node.now() - start, 1e-12))
             self.record(ratio=ratio, points=points, data=plan.sizes[me], predicted_s=predicted, measured_s=measured,
