@@ -266,13 +266,15 @@ def lsh(z: np.ndarray, m: int, rng: np.random.Generator) -> np.ndarray:
 def phase_ops(name: str, how: str, n: int, d: int, k: int, m: int) -> float:
     """Multiply-adds of one aggregator step on n points of d features (k = d', m subsets), after Table 3 and the
     algorithms used: randomized SVD 2 (iterations + 1) products of X with a d x (k + oversamples) matrix;
-    incremental SVD one SVD of a (B + k) x d matrix per batch of B (about 4 n d B); hashing n d; K-means
-    20 iterations of n m k; LSH n k^2 for the projections and n k log2 n per bisection step; Eq. 1 n d."""
+    incremental SVD one SVD of a (B + k) x d matrix per batch of B = min(256, n) (4 n d (B + k)^2 / B);
+    hashing n d; K-means 20 iterations of n m k; LSH n k^2 for the projections and n k log2 n per bisection
+    step; Eq. 1 n d."""
     if name == "reduce":
         if how == "svd":
-            return 2.0 * (SVD_ITERS + 1) * n * d * (k + SVD_OVERSAMPLES)
+            return 2.0 * (SVD_ITERS + 1) * n * d * min(k + SVD_OVERSAMPLES, n, d)
         if how == "isvd":
-            return 4.0 * n * d * (ISVD_BATCH + k) ** 2 / ISVD_BATCH
+            batch = max(1, min(ISVD_BATCH, n))
+            return 4.0 * n * d * (batch + k) ** 2 / batch
         return float(n * d)
     if name == "divide":
         if how == "kmeans":
@@ -558,6 +560,12 @@ class EdgePlatform(Platform):
 
     def __init__(self, node: Node):
         super().__init__(node)
+        # loading scikit-learn takes seconds on a busy host: done before, not charged to, the first phase
+        import sklearn.cluster  # noqa: F401
+        import sklearn.decomposition  # noqa: F401
+        import sklearn.ensemble  # noqa: F401
+        import sklearn.feature_extraction  # noqa: F401
+
         self.step_ops = 3 * self.b * forward_macs(self.trainer.model, self.data.input_shape)
         self.predictor = Predictor(seed=node.cfg.run.seed)
         self.shards = node.job.shards
@@ -572,8 +580,14 @@ class EdgePlatform(Platform):
         node, times = self.node, {}
 
         def phase(name: str, fn, ops: float):
+            from threadpoolctl import threadpool_limits
+
+            def limited():  # scikit-learn's OpenMP and BLAS pools stay within the node's threads
+                with threadpool_limits(node.cfg.run.threads):
+                    return fn()
+
             t0 = node.now()
-            out = node.compute(fn, work=ops / self.step_ops)
+            out = node.compute(limited, work=ops / self.step_ops)
             times[name] = node.now() - t0
             return out
 
