@@ -19,6 +19,7 @@ QUICK = {  # periods short enough that every kind of message occurs within the r
     "adsp": ["adsp.check_period_s=0.5", "adsp.epoch_s=1.0"],
     "adacomm": ["adacomm.trial_s=0.3", "adacomm.adapt_period_s=0.5"],
     "fixed_adacomm": ["fixed_adacomm.trial_s=0.3"],
+    "edgegossip": ["stop.max_time=10"],  # procs: loading scikit-learn takes seconds on a busy host
 }
 
 

@@ -39,6 +39,8 @@ GOLDEN = {
     "esync": ["esync.lr=0.05", "esync.mode='delayed_ack'"],
     "ssgd": ["ssgd.lr=0.05", "ssgd.aggregation='ps'"],
     "standalone": ["standalone.lr=0.05"],
+    "gosgd": [],
+    "edgegossip": ["edgegossip.method='hash_kmeans'", "edgegossip.ratio=5"],
 }
 
 
