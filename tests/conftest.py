@@ -13,6 +13,11 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 
+def pythonpath(*dirs) -> str:
+    """PYTHONPATH for a subprocess: ``dirs`` first, then whatever the caller's environment already had."""
+    return os.pathsep.join([*map(str, dirs), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
 def simulate(*overrides: str):
     """Run a sim job in-process with ``overrides``; return (kernel, monitor, status, reason)."""
     from edgeml.config import load_config

@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from edgeml.cli import app
+from conftest import pythonpath
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -19,13 +20,13 @@ runner = CliRunner()
 
 def cli(*args, env: dict | None = None):
     return subprocess.run([sys.executable, "-m", "edgeml", *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+                          env={**os.environ, "PYTHONPATH": pythonpath(ROOT), **(env or {})})
 
 
 def hermetic_env(home: Path) -> dict:
     """No user data: an empty HOME (the data cache lives under it) and no $EDGEML_DATA."""
     env = {k: v for k, v in os.environ.items() if k != "EDGEML_DATA"}
-    return {**env, "HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"), "PYTHONPATH": str(ROOT)}
+    return {**env, "HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"), "PYTHONPATH": pythonpath(ROOT)}
 
 
 # Each case: arguments after `edgeml` ({out} is a fresh path under the case's folder; {file}, {dir}, {binary} are
@@ -175,7 +176,7 @@ def test_refusal_without_torch_is_the_entry_point_behaviour():
             "try:\n    main()\nexcept SystemExit as e:\n    print(e.code, 'torch._C' in sys.modules, "
             "type(sys.modules['torch']).__name__)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+                       env={**os.environ, "PYTHONPATH": pythonpath(ROOT)})
     assert p.stdout.split() == ["2", "False", "_Deferred"], p.stdout + p.stderr
 
 
@@ -186,7 +187,7 @@ def test_deferred_torch_loads_in_place_on_first_use():
             "print(stand_in is sys.modules['torch'], type(stand_in).__name__, torch.ones(2).sum().item(), "
             "nn.Linear.__module__)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+                       env={**os.environ, "PYTHONPATH": pythonpath(ROOT)})
     assert p.stdout.split() == ["True", "module", "2.0", "torch.nn.modules.linear"], p.stdout + p.stderr
 
 

@@ -26,6 +26,7 @@ PLUGINS = Path(__file__).resolve().parent / "plugins"
 if str(PLUGINS) not in sys.path:
     sys.path.insert(0, str(PLUGINS))
 import edgeml_faultplugins  # noqa: E402,F401
+from conftest import pythonpath  # noqa: E402
 
 
 @pytest.fixture
@@ -119,7 +120,7 @@ def test_procs_cpu_interferer_raises_load_and_scaled_step_time(tmp_path, plugins
 
 
 def _cli(*args: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": f"{PLUGINS}{os.pathsep}{ROOT}", "EDGEML_PLUGINS": "edgeml_faultplugins"}
+    env = {**os.environ, "PYTHONPATH": pythonpath(PLUGINS, ROOT), "EDGEML_PLUGINS": "edgeml_faultplugins"}
     return subprocess.Popen([sys.executable, "-m", "edgeml", *args], cwd=ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 

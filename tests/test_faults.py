@@ -24,6 +24,7 @@ PLUGINS = Path(__file__).resolve().parent / "plugins"
 if str(PLUGINS) not in sys.path:
     sys.path.insert(0, str(PLUGINS))  # the in-process runs (and the fork server of procs) see the plugins too
 import edgeml_faultplugins  # noqa: E402,F401
+from conftest import pythonpath  # noqa: E402
 
 
 @pytest.fixture
@@ -160,7 +161,7 @@ def test_a_node_error_writes_error_txt_in_sim(tmp_path, plugins, monkeypatch):
 
 
 def _cli(*args, env=None):
-    e = {**os.environ, "PYTHONPATH": f"{PLUGINS}{os.pathsep}{ROOT}", "EDGEML_PLUGINS": "edgeml_faultplugins",
+    e = {**os.environ, "PYTHONPATH": pythonpath(PLUGINS, ROOT), "EDGEML_PLUGINS": "edgeml_faultplugins",
          **(env or {})}
     return subprocess.Popen([sys.executable, "-m", "edgeml", *args], env=e, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)

@@ -12,11 +12,16 @@ CHANGELOG)::
 
 The comparison covers the golden file's columns, as text, so a column added to ``evals.csv`` later does not
 break it while every value the golden holds must match exactly.
+
+Bits depend on torch's version and the CPU's vector extensions as well as on the algorithm, so the goldens record
+both (``golden/platform.json``) and the comparison is skipped, saying why, on another platform: there, regenerate
+them first (on the commit before a change) and compare against those.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import sys
 from pathlib import Path
 
@@ -53,6 +58,12 @@ def golden_run(algorithm: str, out: Path) -> Path:
     return run(load_config(overrides=overrides), quiet=True) / "evals.csv"
 
 
+def platform() -> dict[str, str]:
+    import torch
+
+    return {"torch": torch.__version__.split("+")[0], "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+
+
 def read_rows(path: Path) -> list[dict[str, str]]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
@@ -63,10 +74,14 @@ def test_every_builtin_algorithm_has_a_golden():
 
     assert sorted(GOLDEN) == sorted(BUILTIN)
     assert sorted(p.stem for p in GOLDEN_DIR.glob("*.csv")) == sorted(GOLDEN)
+    assert set(json.loads((GOLDEN_DIR / "platform.json").read_text())) == set(platform())
 
 
 @pytest.mark.parametrize("algorithm", sorted(GOLDEN))
 def test_golden_evals(tmp_path, algorithm):
+    recorded = json.loads((GOLDEN_DIR / "platform.json").read_text())
+    if recorded != platform():
+        pytest.skip(f"goldens were computed on {recorded}, this is {platform()}: regenerate them to compare")
     golden = read_rows(GOLDEN_DIR / f"{algorithm}.csv")
     got = read_rows(golden_run(algorithm, tmp_path))
     assert len(golden) >= 10
@@ -85,8 +100,12 @@ if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] != "--regenerate":
         sys.exit("usage: python tests/test_golden.py --regenerate [ALGORITHM ...]")
     names = sys.argv[2:] or sorted(GOLDEN)
+    recorded = GOLDEN_DIR / "platform.json"
+    if set(names) != set(GOLDEN) and recorded.exists() and json.loads(recorded.read_text()) != platform():
+        sys.exit(f"the goldens were computed on {recorded.read_text().strip()}: regenerate all of them here, not a few")
     GOLDEN_DIR.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             shutil.copyfile(golden_run(name, Path(tmp)), GOLDEN_DIR / f"{name}.csv")
             print(f"wrote {GOLDEN_DIR / name}.csv")
+    (GOLDEN_DIR / "platform.json").write_text(json.dumps(platform(), indent=1) + "\n")

@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from edgeml.runtime.interference import LoadMeter, Supervisor, pin
+from conftest import pythonpath
 
 W = namedtuple("W", "rank kind intensity start end")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -106,7 +107,7 @@ with Supervisor([W(1, "cpu", 0.3, 0.0, math.inf), W(1, "io", 0.2, 0.0, math.inf)
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
 def test_no_process_survives_its_supervisors_end(tmp_path, sig):
     parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path)], stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": ROOT})
+                              stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": pythonpath(ROOT)})
     try:
         pids = json.loads(parent.stdout.readline())
         assert len(pids) == 3

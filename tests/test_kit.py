@@ -25,6 +25,7 @@ class FakeNode:
 
     def __init__(self, workers: int, eta: float, init: torch.Tensor):
         self.job = SimpleNamespace(init_params=init)
+        self.device = torch.device("cpu")
         self.algo = PSConfig(global_lr=eta)
         self.workers = list(range(2, 2 + workers))
         self.inbox: list[Message] = []

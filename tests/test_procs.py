@@ -19,6 +19,7 @@ import torch
 from edgeml.config import load_config
 from edgeml.runner import run
 from edgeml.runtime.procs.framing import decode, encode
+from conftest import pythonpath
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGINS = Path(__file__).resolve().parent / "plugins"
@@ -77,7 +78,7 @@ def _wait_for_evaluations(run: Path, rows: int = 2, within: float = 60) -> Path:
 
 
 def _cli(*args, env=None, **kw):
-    e = {**os.environ, "PYTHONPATH": f"{PLUGINS}{os.pathsep}{ROOT}", **(env or {})}
+    e = {**os.environ, "PYTHONPATH": pythonpath(PLUGINS, ROOT), **(env or {})}
     return subprocess.Popen([sys.executable, "-m", "edgeml", *args], env=e, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)
 
@@ -151,7 +152,7 @@ def test_torchrun_two_launchers_as_two_machines(tmp_path):
     with listen("127.0.0.1") as s:
         port = str(s.getsockname()[1])
     torchrun = str(Path(sys.executable).parent / "torchrun")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": pythonpath(ROOT), "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
     common = ["--nnodes", "2", "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", port,
               "-m", "edgeml", "run", "asp", "--workers", "2", "--max-time", "3", "--out", str(tmp_path),
               "--name", "tr", "-q"]

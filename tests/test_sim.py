@@ -202,9 +202,12 @@ def test_sim_results_do_not_depend_on_the_thread_count_left_by_what_ran_before(t
     finally:
         torch.set_num_threads(ambient)
     assert (a / "evals.csv").read_bytes() == (b / "evals.csv").read_bytes()
-    # the thread count does change results (which is why the run sets its own): the test can tell
-    assert (a / "evals.csv").read_bytes() != (two / "evals.csv").read_bytes()
     assert json.loads((a / "meta.json").read_text())["threads"] == 1
+    assert json.loads((two / "meta.json").read_text())["threads"] == 2
+    # where the thread count changes results (which is why the run sets its own), the test can tell; on some
+    # machines the kernels give the same bits with one or two threads and the comparison above cannot fail
+    if (a / "evals.csv").read_bytes() == (two / "evals.csv").read_bytes():
+        pytest.skip("one and two threads give identical results on this machine: the check could not fail")
 
 
 def test_calibration_leaves_the_launchers_thread_count_alone():

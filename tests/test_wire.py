@@ -163,3 +163,28 @@ def test_snap_frame1_layout() -> None:
         wire.snap_frame(x, torch.ones(5, dtype=torch.bool), 2)
     with pytest.raises(ValueError, match="boolean mask"):
         wire.snap_frame(x, torch.ones(4, dtype=torch.bool))
+
+
+# ------------------------------------------------------------------------------------------------- devices
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_every_encoding_works_on_a_cuda_node_as_on_the_cpu() -> None:
+    """A CUDA node encodes its own tensors and decodes what arrived on its device: same payloads, same bytes."""
+    x, index, mask = _vec(10), torch.tensor([9, 0, 4, 7]), torch.tensor([True, False] * 5)
+    signs, scalers = torch.tensor([1.0, 0.0, -1.0, 1.0, 1.0, 0.0, -1.0, 0.0, 1.0, -1.0]), torch.tensor([0.5, 2.0, 1.0])
+    cases = [
+        (lambda d: wire.dense(x.to(d)), lambda p, d: wire.dense_decode(p)),
+        (lambda d: wire.sparse(x.to(d), index.to(d)), lambda p, d: wire.sparse_decode(p)),
+        (lambda d: wire.sparse_layers(x.to(d), index.to(d), SPANS), lambda p, d: wire.sparse_layers_decode(p, SPANS)),
+        (lambda d: wire.ternary(signs.to(d), scalers.to(d), SPANS), lambda p, d: wire.ternary_decode(p, SPANS)),
+        (lambda d: wire.snap_frame(x.to(d), mask.to(d)), lambda p, d: wire.snap_decode(p, torch.zeros(10, device=d))),
+        (lambda d: wire.snap_frame(x.to(d), ~mask.to(d) | (torch.arange(10, device=d) < 8)),
+         lambda p, d: wire.snap_decode(p, torch.zeros(10, device=d))),
+    ]
+    for encode, decode in cases:
+        on_cpu, on_gpu = encode("cpu"), encode("cuda")
+        assert payload_nbytes(on_gpu) == payload_nbytes(on_cpu)
+        assert all(v.device.type == "cuda" for v in on_gpu.values())
+        got_cpu, got_gpu = decode(on_cpu, "cpu"), decode(on_gpu, "cuda")
+        for a, b in zip(got_cpu if isinstance(got_cpu, tuple) else [got_cpu],
+                        got_gpu if isinstance(got_gpu, tuple) else [got_gpu]):
+            assert b.device.type == "cuda" and torch.equal(a, b.cpu())

@@ -196,6 +196,8 @@ class Histogram:
         if isinstance(values, int):
             self.counts[values.bit_length()] += 1
             return
+        if values.device != self.counts.device:  # count where the values are (a CUDA node's staleness)
+            self.counts, self._edges = self.counts.to(values.device), self._edges.to(values.device)
         b = torch.searchsorted(self._edges, values.reshape(-1).to(torch.int64), right=True)
         self.counts += torch.bincount(b, minlength=self.BINS)
 
@@ -239,12 +241,12 @@ class TouchHistory:
     receives the model, ``sigma(holder, index)`` for a push it computed on that model. The structure (segments
     of ``segment`` updates with a checkpoint and a log) and its memory bound are in the module docstring."""
 
-    def __init__(self, size: int, segment: int, holders: Iterable[int]):
+    def __init__(self, size: int, segment: int, holders: Iterable[int], device: str | torch.device = "cpu"):
         import torch
 
         self.size, self.segment = size, segment
         self.version = 0
-        self.count = torch.zeros(size, dtype=torch.int32)
+        self.count = torch.zeros(size, dtype=torch.int32, device=device)
         self.live = _Segment(0, self.count.clone())
         self.closed: list[_Segment] = []
         self.held: dict[int, tuple[_Segment, int]] = {}
@@ -382,7 +384,7 @@ class AdaCompServer(AsyncServer):
         self.spans = layer_spans(node.job)
         self.kept = sum(keep_count(node.algo.c, n) for _, n in self.spans)
         size = self.W.numel()
-        self.history = TouchHistory(size, -(-size // self.kept), self.workers)
+        self.history = TouchHistory(size, -(-size // self.kept), self.workers, self.W.device)
         self.sigma_hist = Histogram()
 
     def step(self, msg: Message, staleness: int) -> None:

@@ -132,7 +132,7 @@ class ParameterServer:
 
     def __init__(self, node: Node, rule: Rule = sgd_rule):
         self.node = node
-        self.W = node.job.init_params.clone()
+        self.W = node.job.init_params.to(node.device, copy=True)  # on the PS's device (cluster.devices)
         node.expose(self.W)
         self.workers = node.ranks("worker")
         self.eta = node.algo.eta(len(self.workers))

@@ -463,6 +463,9 @@ class Node:
             return None
         self.counters.messages_recv += 1
         self.counters.bytes_recv += msg.nbytes
+        for key, value in msg.data.items():  # a message from a node on another device arrives on this one's
+            if getattr(value, "device", None) is not None and value.device.type != self.device:
+                msg.data[key] = value.to(self.device)
         return msg
 
     def _account_blocked(self, t0: float, msg: Message | None) -> None:

@@ -232,7 +232,7 @@ class Kernel:
         ranks = sorted(group)
         total = group[ranks[0]].clone()
         for r in ranks[1:]:
-            total += group[r]
+            total += group[r].to(total.device)  # members may sit on different devices (a CPU/GPU mix)
         duration = self.job.env.all_reduce_time(ranks, total.numel() * total.element_size(), self.now)
         for r in ranks:
             group[r].copy_(total)

@@ -75,19 +75,19 @@ def sparse_layers(x: torch.Tensor, index: torch.Tensor, spans: Spans) -> Payload
     header and layer-local indices: 4L + 8K bytes. Within a layer the entries keep their order in ``index``."""
     x = x.detach().reshape(-1)
     index = _as_index(index, x.numel())
-    offsets, sizes = _check_spans(spans, x.numel(), tile=False)
+    offsets, sizes = _check_spans(spans, x.numel(), tile=False, device=index.device)
     layer = _layer_of(index, offsets, sizes)
     order = torch.sort(layer, stable=True).indices
     index, layer = index[order], layer[order]
-    counts = torch.bincount(layer, minlength=len(sizes)) if len(sizes) else torch.zeros(0, dtype=torch.int64)
+    counts = torch.bincount(layer, minlength=len(sizes)) if len(sizes) else torch.zeros(0, dtype=torch.int64, device=layer.device)
     return {"counts": counts.to(torch.int32), "local": (index - offsets[layer]).to(torch.int32),
             "values": x[index].to(torch.float32)}
 
 
 def sparse_layers_decode(payload: Payload, spans: Spans) -> tuple[torch.Tensor, torch.Tensor]:
     """(flat int64 indices, float32 values), grouped by layer in ``spans`` order."""
-    offsets = torch.tensor([o for o, _ in spans], dtype=torch.int64)
     counts = payload["counts"].to(torch.int64)
+    offsets = torch.tensor([o for o, _ in spans], dtype=torch.int64, device=counts.device)
     if len(counts) != len(offsets):
         raise ValueError(f"payload has {len(counts)} layer counts but {len(offsets)} spans were given")
     base = torch.repeat_interleave(offsets, counts)
@@ -113,7 +113,7 @@ def ternary(signs: torch.Tensor, scalers: torch.Tensor, spans: Spans) -> Payload
     if not torch.equal(s.to(signs.dtype), signs) or bool(((s < -1) | (s > 1)).any()):
         raise ValueError("ternary values must be -1, 0 or +1")
     codes = torch.remainder(s, 3).to(torch.uint8)  # -1 -> 2
-    padded = torch.zeros(4 * ((n + 3) // 4), dtype=torch.uint8)
+    padded = torch.zeros(4 * ((n + 3) // 4), dtype=torch.uint8, device=s.device)
     padded[:n] = codes
     quads = padded.view(-1, 4)
     packed = quads[:, 0] | (quads[:, 1] << 2) | (quads[:, 2] << 4) | (quads[:, 3] << 6)
@@ -127,8 +127,8 @@ def ternary_decode(payload: Payload, spans: Spans) -> torch.Tensor:
     if packed.numel() != (n + 3) // 4:
         raise ValueError(f"{packed.numel()} code bytes cannot hold the {n} values the spans cover")
     quads = torch.stack([(packed >> shift) & 3 for shift in (0, 2, 4, 6)], dim=1).reshape(-1)[:n]
-    signs = torch.tensor([0.0, 1.0, -1.0])[quads.to(torch.int64)]
-    sizes = torch.tensor([size for _, size in spans], dtype=torch.int64)
+    signs = torch.tensor([0.0, 1.0, -1.0], device=packed.device)[quads.to(torch.int64)]
+    sizes = torch.tensor([size for _, size in spans], dtype=torch.int64, device=packed.device)
     return signs * torch.repeat_interleave(payload["scalers"], sizes)
 
 
@@ -165,7 +165,7 @@ def snap_frame(x: torch.Tensor, send: torch.Tensor, value_bytes: int = 8) -> Pay
     dtype = _VALUE_DTYPES[value_bytes]
     n, kept = x.numel(), int((~send).sum())
     if snap_frame1_nbytes(n, kept, value_bytes) < snap_frame2_nbytes(n, kept, value_bytes):
-        return {"num_unsent": torch.tensor([kept], dtype=torch.int32),
+        return {"num_unsent": torch.tensor([kept], dtype=torch.int32, device=x.device),
                 "unsent": torch.nonzero(~send).reshape(-1).to(torch.int32), "values": x[send].to(dtype)}
     return {"index": torch.nonzero(send).reshape(-1).to(torch.int32), "values": x[send].to(dtype)}
 
@@ -177,7 +177,7 @@ def snap_decode(payload: Payload, previous: torch.Tensor) -> torch.Tensor:
     flat = out.view(-1)
     values = payload["values"].to(flat.dtype)
     if "unsent" in payload:
-        send = torch.ones(flat.numel(), dtype=torch.bool)
+        send = torch.ones(flat.numel(), dtype=torch.bool, device=flat.device)
         send[payload["unsent"].to(torch.int64)] = False
         if int(payload["num_unsent"][0]) != flat.numel() - int(send.sum()) or int(send.sum()) != values.numel():
             raise ValueError("SNAP frame 1 does not match the receiver's parameter count")
@@ -197,8 +197,10 @@ def _as_index(index: torch.Tensor, n: int) -> torch.Tensor:
     return index
 
 
-def _check_spans(spans: Spans, n: int, *, tile: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Offsets and sizes of ``spans``; they must be in order, disjoint, inside [0, n) (and cover it if tile)."""
+def _check_spans(spans: Spans, n: int, *, tile: bool,
+                 device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Offsets and sizes of ``spans`` (on ``device``); they must be in order, disjoint, inside [0, n) (and cover
+    it if tile)."""
     end = 0
     for offset, size in spans:
         if size < 0 or offset < end or (tile and offset != end):
@@ -207,8 +209,8 @@ def _check_spans(spans: Spans, n: int, *, tile: bool) -> tuple[torch.Tensor, tor
         end = offset + size
     if end > n or (tile and end != n):
         raise ValueError(f"layer spans end at {end} but the vector has {n} entries")
-    return (torch.tensor([o for o, _ in spans], dtype=torch.int64),
-            torch.tensor([s for _, s in spans], dtype=torch.int64))
+    return (torch.tensor([o for o, _ in spans], dtype=torch.int64, device=device),
+            torch.tensor([s for _, s in spans], dtype=torch.int64, device=device))
 
 
 def _layer_of(index: torch.Tensor, offsets: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:

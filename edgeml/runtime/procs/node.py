@@ -229,7 +229,7 @@ class ProcsNode(Node):
             self.blocked_since = None
         total = tensor.clone()  # the sum in rank order, as sim forms it
         for r in live[1:]:
-            total += got[r]
+            total += got[r].to(total.device)  # members may sit on different devices (a CPU/GPU mix)
         complete_at = self.now()
         for r in live[1:]:
             tr.send(r, CONTROL + "ars", {"t": total}, {"round": key, "members": live, "complete_at": complete_at})
