@@ -145,8 +145,13 @@ def convergence(evals: pd.DataFrame, x: str = "time_s", context: str = "") -> Fi
                     ms=5, markevery=(min(xs.size - 1, m * every // max(1, len(st.methods))), every), alpha=0.9)
             if band is not None:
                 ax.fill_between(xs, band[0], band[1], color=st.colour[method], alpha=0.15, lw=0)
+    ends = evals.groupby("run")[x].max() if x in ("total_mb", "ingress_mb") else pd.Series(dtype=float)
+    ends = ends[ends > 0]
+    log = len(ends) > 1 and ends.max() > 20 * ends.min()  # volumes orders of magnitude apart (compression)
     for ax, (y, label) in zip(axes, (("accuracy", "test accuracy"), ("loss", "test loss"))):
-        ax.set_xlabel(X_AXES[x])
+        if log:  # linear near 0, where every run starts
+            ax.set_xscale("symlog", linthresh=ends.min() / 100, linscale=0.3)
+        ax.set_xlabel(X_AXES[x] + (" (log scale)" if log else ""))
         ax.set_ylabel(label)
         ax.set_title(f"{label} vs {X_NAMES[x]}")
     axes[0].set_ylim(0, 1)
@@ -353,11 +358,11 @@ def staleness_hist(df: pd.DataFrame, context: str = "") -> Figure:
         d = last[last["kind"] == kind].groupby(["run", "lo", "hi"], sort=False, as_index=False)["count"].sum()
         bins = d[["lo", "hi"]].drop_duplicates().sort_values("lo")
         labels = [str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in zip(bins["lo"], bins["hi"])]
-        for run in runs:
+        for i, run in enumerate(runs):
             r = d[d["run"] == run].set_index("lo")["count"].reindex(bins["lo"], fill_value=0)
-            if r.sum() > 0:
-                ax.plot(range(len(r)), r.to_numpy() / r.sum(), color=colours[run], marker="o", ms=4, lw=1.4,
-                        label=run)
+            if r.sum() > 0:  # hollow markers of their own keep runs with equal histograms visible
+                ax.plot(range(len(r)), r.to_numpy() / r.sum(), color=colours[run], marker=MARKERS[i % len(MARKERS)],
+                        mfc="none", ms=7 - 4 * i / max(1, len(runs) - 1), lw=1.2, label=run)
         ax.set_xticks(range(len(labels)), labels, rotation=45 if len(labels) > 8 else 0, fontsize=8)
         ax.set_xlabel("staleness (updates since the pull; power-of-two bins)")
         ax.set_title(titles[kind][0])
