@@ -150,7 +150,7 @@ def convergence(evals: pd.DataFrame, x: str = "time_s", context: str = "") -> Fi
     log = len(ends) > 1 and ends.max() > 20 * ends.min()  # volumes orders of magnitude apart (compression)
     for ax, (y, label) in zip(axes, (("accuracy", "test accuracy"), ("loss", "test loss"))):
         if log:  # linear near 0, where every run starts
-            ax.set_xscale("symlog", linthresh=ends.min() / 100, linscale=0.3)
+            ax.set_xscale("symlog", linthresh=10.0 ** math.floor(math.log10(ends.min() / 100)), linscale=0.5)
         ax.set_xlabel(X_AXES[x] + (" (log scale)" if log else ""))
         ax.set_ylabel(label)
         ax.set_title(f"{label} vs {X_NAMES[x]}")
