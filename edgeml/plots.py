@@ -145,8 +145,13 @@ def convergence(evals: pd.DataFrame, x: str = "time_s", context: str = "") -> Fi
                     ms=5, markevery=(min(xs.size - 1, m * every // max(1, len(st.methods))), every), alpha=0.9)
             if band is not None:
                 ax.fill_between(xs, band[0], band[1], color=st.colour[method], alpha=0.15, lw=0)
+    ends = evals.groupby("run")[x].max() if x in ("total_mb", "ingress_mb") else pd.Series(dtype=float)
+    ends = ends[ends > 0]
+    log = len(ends) > 1 and ends.max() > 20 * ends.min()  # volumes orders of magnitude apart (compression)
     for ax, (y, label) in zip(axes, (("accuracy", "test accuracy"), ("loss", "test loss"))):
-        ax.set_xlabel(X_AXES[x])
+        if log:  # linear near 0, where every run starts
+            ax.set_xscale("symlog", linthresh=10.0 ** math.floor(math.log10(ends.min() / 100)), linscale=0.5)
+        ax.set_xlabel(X_AXES[x] + (" (log scale)" if log else ""))
         ax.set_ylabel(label)
         ax.set_title(f"{label} vs {X_NAMES[x]}")
     axes[0].set_ylim(0, 1)
@@ -338,6 +343,41 @@ def staleness(df: pd.DataFrame, context: str = "") -> Figure:
     return fig
 
 
+def staleness_hist(df: pd.DataFrame, context: str = "") -> Figure:
+    """Histograms of staleness in power-of-two bins (rows ``updates, kind, lo, hi, count``, cumulative: the last
+    write of each run and seed counts), summed over seeds, one line per run: the global staleness of each update
+    and, where logged, the per-parameter staleness of each received entry (adacomp.txt Eq. 3)."""
+    runs = _order(df, "run")
+    colours = dict(zip(runs, sns.color_palette("tab10" if len(runs) <= 10 else "husl", len(runs))))
+    last = df[df["updates"] == df.groupby(["run", "seed"])["updates"].transform("max")]
+    kinds = [k for k in ("global", "parameter") if k in set(last["kind"])]
+    fig, axes = _figure(1, len(kinds), 5.5 * len(kinds), 4.6)
+    titles = {"global": ("global staleness of each update", "fraction of updates"),
+              "parameter": ("per-parameter staleness sigma_k of each received entry", "fraction of entries")}
+    for ax, kind in zip(axes, kinds):
+        d = last[last["kind"] == kind].groupby(["run", "lo", "hi"], sort=False, as_index=False)["count"].sum()
+        bins = d[["lo", "hi"]].drop_duplicates().sort_values("lo")
+        labels = [str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in zip(bins["lo"], bins["hi"])]
+        for i, run in enumerate(runs):
+            r = d[d["run"] == run].set_index("lo")["count"].reindex(bins["lo"], fill_value=0)
+            if r.sum() > 0:  # hollow markers of their own keep runs with equal histograms visible
+                ax.plot(range(len(r)), r.to_numpy() / r.sum(), color=colours[run], marker=MARKERS[i % len(MARKERS)],
+                        mfc="none", ms=7 - 4 * i / max(1, len(runs) - 1), lw=1.2, label=run)
+        ax.set_xticks(range(len(labels)), labels, rotation=45 if len(labels) > 8 else 0, fontsize=8)
+        ax.set_xlabel("staleness (updates since the pull; power-of-two bins)")
+        ax.set_title(titles[kind][0])
+        ax.set_ylabel(titles[kind][1])
+    handles, labels = axes[0].get_legend_handles_labels()
+    for ax in axes[1:]:  # runs that log only the global staleness are in the first panel
+        extra = [(h, lab) for h, lab in zip(*ax.get_legend_handles_labels()) if lab not in labels]
+        handles += [h for h, _ in extra]
+        labels += [lab for _, lab in extra]
+    fig.legend(handles, labels, title="run", loc="outside lower center", frameon=False,
+               ncols=max(1, min(len(labels), int(fig.get_figwidth() * 11) // (max(map(len, labels)) + 6))))
+    _title(fig, "Staleness distributions at the parameter server", context)
+    return fig
+
+
 def _regular(times: np.ndarray) -> bool:
     """Logged at a steady cadence (a setting in force between its values) rather than at events (a trial)."""
     gaps = np.diff(np.sort(times))
@@ -473,6 +513,10 @@ class SeriesFigure:
 SERIES_FIGURES = {
     "staleness": SeriesFigure(staleness, ("staleness",),
                               "Staleness of the updates the parameter server applied (fraction of updates)"),
+    "staleness_hist": SeriesFigure(staleness_hist, ("updates", "kind", "lo", "hi", "count"),
+                                   "Staleness histograms at the end of each run, summed over seeds: the global "
+                                   "staleness of each update and the per-parameter staleness sigma_k of each "
+                                   "received entry (power-of-two bins)"),
     "decisions": SeriesFigure(decisions, ("time_s", "rank", "name", "value"),
                               "Quantities the algorithms decided as they ran: steps for settings in force, points "
                               "for values logged once per event"),

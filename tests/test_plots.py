@@ -260,3 +260,19 @@ def test_a_run_without_nodes_csv_gives_one_line(tmp_path):
     result = CliRunner().invoke(cli.app, ["plot", str(tmp_path / "runs"), "--out", str(tmp_path / "fig")])
     assert result.exit_code == 2
     assert "missing nodes.csv" in result.output and "Traceback" not in result.output
+
+
+def test_staleness_hist_figure_draws_the_last_histogram_of_each_run_summed_over_seeds():
+    rows = [  # (run, seed, updates, kind, lo, hi, count): cumulative writes at 10 and 20 updates
+        ("adacomp", 0, 10, "global", 0, 0, 9), ("adacomp", 0, 20, "global", 0, 0, 10),
+        ("adacomp", 0, 20, "global", 2, 3, 10), ("adacomp", 1, 20, "global", 1, 1, 20),
+        ("adacomp", 0, 20, "parameter", 0, 0, 30), ("adacomp", 0, 20, "parameter", 1, 1, 10),
+        ("asgd", 0, 20, "global", 4, 7, 20)]
+    df = pd.DataFrame(rows, columns=["run", "seed", "updates", "kind", "lo", "hi", "count"])
+    fig = plots.staleness_hist(df.assign(method=df["run"], setting=""))
+    glob, param = fig.axes[0], fig.axes[1]
+    assert [t.get_text() for t in glob.get_xticklabels()] == ["0", "1", "2-3", "4-7"]
+    ada, asgd = glob.lines
+    assert ada.get_ydata().tolist() == [0.25, 0.5, 0.25, 0.0] and asgd.get_ydata().tolist() == [0, 0, 0, 1.0]
+    assert [line.get_ydata().tolist() for line in param.lines] == [[0.75, 0.25]]
+    assert param.get_ylabel() == "fraction of entries"
