@@ -335,6 +335,7 @@ class Predictor:
         self.times: list[float] = []
         self.model = None
         self.base = 0.0
+        self.memo: dict[tuple[float, ...], float] = {}
         self.t0: float | None = None
 
     def observe(self, load: Sequence[float], t: float) -> None:
@@ -353,13 +354,17 @@ class Predictor:
         self.model = ExtraTreesRegressor(25, min_samples_leaf=2, random_state=self.seed, n_jobs=1)
         self.model.fit(np.array(self.loads), np.log(self.times))
         self.new = 0
+        self.memo = {}
         self.base = float(self.model.predict(np.zeros((1, 3)))[0])
 
     def slowdown(self, load: Sequence[float]) -> float:
         """RG(U) >= 1."""
         if self.model is None:
             return 1.0
-        return max(1.0, math.exp(float(self.model.predict(np.array([load], dtype=float))[0]) - self.base))
+        key = tuple(float(v) for v in load)
+        if key not in self.memo:  # modelled loads repeat exactly; each prediction costs milliseconds
+            self.memo[key] = max(1.0, math.exp(float(self.model.predict(np.array([key]))[0]) - self.base))
+        return self.memo[key]
 
     def calibrate(self, load: Sequence[float], t: float) -> None:
         """t0 <- t / RG(U): follow the platform's measured speed (time per point ``t`` under ``load``)."""
