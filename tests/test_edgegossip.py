@@ -270,3 +270,18 @@ def test_bad_settings_are_refused():
         load_config(overrides=["run.algorithm='gosgd'", "gosgd.gossip_prob=1.5"])
     with pytest.raises(UserError, match="edgegossip.method"):
         load_config(overrides=["run.algorithm='edgegossip'", "edgegossip.method='pca'"])
+
+
+def test_epochs_figure_draws_a_line_per_platform_and_predicted_against_measured():
+    from edgeml import plots
+
+    eg = pd.DataFrame({"time_s": [1, 1, 2, 2], "rank": [1, 2, 1, 2], "epoch": [0, 0, 1, 1], "ratio": [1, 0.5, 1, 0.4],
+                       "measured_s": [1.0, 1.1, 1.0, 0.9], "predicted_s": [1.0, 1.0, 1.2, 0.9]})
+    go = pd.DataFrame({"time_s": [2, 2], "rank": [1, 2], "epoch": [0, 0], "ratio": [1.0, 1.0], "measured_s": [1, 2]})
+    df = pd.concat([eg.assign(run="eg", method="edgegossip"), go.assign(run="go", method="gosgd")])
+    fig = plots.epochs(df.assign(setting="", seed=0))
+    ratios, times = fig.axes[0], fig.axes[1]
+    assert len(ratios.lines) == 4  # a line per platform and run
+    assert sorted(ratios.lines[1].get_ydata().tolist()) == [0.4, 0.5]
+    assert times.lines[0].get_xdata().tolist() == [1.0, 1.1, 1.0, 0.9]  # measured, one point per epoch
+    assert times.lines[0].get_ydata().tolist() == [1.0, 1.0, 1.2, 0.9]  # predicted
