@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from edgeml.algorithms.edgegossip import (METHODS, NoPlatformLeft, Predictor, aggregate, balance, mix, phase_ops,
-                                          plan_batches, rank_subsets, split)
+                                          plan_batches, rank_subsets, regroup, split)
 from edgeml.config import load_config
 from edgeml.errors import UserError
 from edgeml.runner import run
@@ -168,6 +168,9 @@ def test_trainer_consumes_subsets_in_rank_order_and_stops_at_its_share():
     whole = plan_batches(subsets, order, target=20, b=4)
     assert [len(b) for b in whole] == [5, 4, 8, 3]  # r = 1: one pass, the last batch smaller
     assert rank_subsets([1.0, 2.0, 2.0]) == [1, 2, 0]  # ties keep their order
+    # order = "shuffled": the same points, in batches of b in the given order
+    again = regroup(batches, 4, np.arange(17)[::-1])
+    assert [b.tolist() for b in again] == [[19, 18, 17, 16], [15, 14, 9, 8], [13, 12, 11, 10], [7, 6, 5, 4], [3]]
 
 
 # ------------------------------------------------------------------------------------------ predictor (Sec. 3.3)
