@@ -503,6 +503,39 @@ def rounds(df: pd.DataFrame, context: str = "") -> Figure:
     return fig
 
 
+def epochs(df: pd.DataFrame, context: str = "") -> Figure:
+    """Epoch-based gossip training (EdgeGossip, GoSGD): each platform's data ratio r_i per epoch, a line per
+    platform (mean over seeds), and the predicted against the measured training time of each epoch (points
+    on the dashed line are exact predictions; edgegossip.txt Fig. 9)."""
+    st = Styles.of(df)
+    fig, axes = _figure(1, 2, 11, 4.6)
+    df = df.assign(platform=df["rank"] - df.groupby("run")["rank"].transform("min"))
+    for run, d in df.groupby("run", sort=False):
+        method = d["method"].iloc[0]
+        dash = st.dash[d["setting"].iloc[0]] if "setting" in d else "-"
+        for _, g in d.groupby("platform"):
+            g = g.groupby("epoch", as_index=False)["ratio"].mean()
+            axes[0].plot(g["epoch"], g["ratio"], color=st.colour[method], ls=dash, lw=1.0, alpha=0.7,
+                         drawstyle="steps-post")
+        if "predicted_s" in d:
+            p = d[d["predicted_s"] > 0]
+            axes[1].plot(p["measured_s"], p["predicted_s"], lw=0, marker=st.marker[method], ms=3, alpha=0.5,
+                         color=st.colour[method])
+    axes[0].set_xlabel("epoch")
+    axes[0].set_ylabel("data ratio r_i (share of its data a platform trains on)")
+    axes[0].set_ylim(-0.03, 1.05)
+    axes[0].set_title("a line per platform")
+    predicted = df[df["predicted_s"] > 0] if "predicted_s" in df else df.iloc[:0]
+    top = float(predicted[["measured_s", "predicted_s"]].max().max()) if len(predicted) else 1.0
+    axes[1].plot([0, top], [0, top], color="0.4", ls="--", lw=1)
+    axes[1].set_xlabel("measured training time of the epoch (s)")
+    axes[1].set_ylabel("predicted (s)")
+    axes[1].set_title("one point per platform and epoch; dashed: exact")
+    st.legend(fig)
+    _title(fig, "Data ratio per platform and epoch; predicted against measured epoch times", context)
+    return fig
+
+
 @dataclass(frozen=True)
 class SeriesFigure:
     draw: Callable[[pd.DataFrame, str], Figure]
@@ -527,4 +560,7 @@ SERIES_FIGURES = {
     "rounds": SeriesFigure(rounds, ("rank", "iterations", "wait_s", "capability"),
                            "Each device's local iterations per round, and its longest wait at an aggregation "
                            "against its capability"),
+    "epochs": SeriesFigure(epochs, ("epoch", "rank", "ratio", "measured_s"),
+                           "Each platform's data ratio per epoch, and the predicted against the measured "
+                           "training time of each epoch"),
 }

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from edgeml.algorithms.edgegossip import (METHODS, NoPlatformLeft, Predictor, aggregate, balance, mix, phase_ops,
-                                          plan_batches, rank_subsets, split)
+                                          plan_batches, rank_subsets, regroup, split)
 from edgeml.config import load_config
 from edgeml.errors import UserError
 from edgeml.runner import run
@@ -168,6 +168,9 @@ def test_trainer_consumes_subsets_in_rank_order_and_stops_at_its_share():
     whole = plan_batches(subsets, order, target=20, b=4)
     assert [len(b) for b in whole] == [5, 4, 8, 3]  # r = 1: one pass, the last batch smaller
     assert rank_subsets([1.0, 2.0, 2.0]) == [1, 2, 0]  # ties keep their order
+    # order = "shuffled": the same points, in batches of b in the given order
+    again = regroup(batches, 4, np.arange(17)[::-1])
+    assert [b.tolist() for b in again] == [[19, 18, 17, 16], [15, 14, 9, 8], [13, 12, 11, 10], [7, 6, 5, 4], [3]]
 
 
 # ------------------------------------------------------------------------------------------ predictor (Sec. 3.3)
@@ -270,3 +273,18 @@ def test_bad_settings_are_refused():
         load_config(overrides=["run.algorithm='gosgd'", "gosgd.gossip_prob=1.5"])
     with pytest.raises(UserError, match="edgegossip.method"):
         load_config(overrides=["run.algorithm='edgegossip'", "edgegossip.method='pca'"])
+
+
+def test_epochs_figure_draws_a_line_per_platform_and_predicted_against_measured():
+    from edgeml import plots
+
+    eg = pd.DataFrame({"time_s": [1, 1, 2, 2], "rank": [1, 2, 1, 2], "epoch": [0, 0, 1, 1], "ratio": [1, 0.5, 1, 0.4],
+                       "measured_s": [1.0, 1.1, 1.0, 0.9], "predicted_s": [1.0, 1.0, 1.2, 0.9]})
+    go = pd.DataFrame({"time_s": [2, 2], "rank": [1, 2], "epoch": [0, 0], "ratio": [1.0, 1.0], "measured_s": [1, 2]})
+    df = pd.concat([eg.assign(run="eg", method="edgegossip"), go.assign(run="go", method="gosgd")])
+    fig = plots.epochs(df.assign(setting="", seed=0))
+    ratios, times = fig.axes[0], fig.axes[1]
+    assert len(ratios.lines) == 4  # a line per platform and run
+    assert sorted(ratios.lines[1].get_ydata().tolist()) == [0.4, 0.5]
+    assert times.lines[0].get_xdata().tolist() == [1.0, 1.1, 1.0, 0.9]  # measured, one point per epoch
+    assert times.lines[0].get_ydata().tolist() == [1.0, 1.0, 1.2, 0.9]  # predicted
