@@ -336,6 +336,9 @@ class PeerConfig:
     one mini-batch of ``data.batch_size``."""
     value_bytes: Literal[4, 8] = 8
     """Bytes per parameter value on the wire: 8 (doubles, as the paper counts) or 4 (float32)."""
+    iterations: int = 0
+    """End the run after this many iterations (``stop_run``: status stopped), so schemes with and without a
+    round clock get the same budget; 0: the [stop] section decides."""
     weight_decay: float = 0.0
     """L2 regularization lambda of every peer's objective, f_i + (lambda / 2) |x|^2 (an SVM's; strongly convex,
     so EXTRA converges linearly and parameters stop changing); its gradient lambda x is added to g."""
@@ -344,6 +347,8 @@ class PeerConfig:
         name = cfg.run.algorithm
         if not 0 < self.lr < math.inf:
             raise UserError(f"{name}.lr = {self.lr}: the step size must be a finite number > 0")
+        if self.iterations < 0:
+            raise UserError(f"{name}.iterations = {self.iterations}: must be >= 0 (0: no limit)")
         if not 0 <= self.weight_decay < math.inf:
             raise UserError(f"{name}.weight_decay = {self.weight_decay}: must be a finite number >= 0")
 
@@ -535,9 +540,11 @@ def exchange_peer(node: Node, send_all: bool = False) -> None:
             schedule.record(unsent)
         node.log("exchange", iteration=iteration, sent=sent, messages=messages, bytes=nbytes,
                  threshold=schedule.threshold if schedule else 0.0, ape=schedule.ape if schedule else 0.0)
+        iteration += 1
         if me == 0:
             node.count("iterations")
-        iteration += 1
+            if iteration == cfg.iterations:
+                node.stop_run(f"{iteration} iterations done")
         k = max(k + 1, math.floor(node.now() / T + 1e-9))  # an overrun round: wait for the next tick
         while (left := (k * T) - node.now()) > 0:
             msg = node.recv(tag="params", timeout=left)
@@ -569,6 +576,7 @@ def ps_peer(node: Node, ternary: bool = False) -> None:
     spans = trainer.spans
     if node.rank == host:
         node.expose(trainer.params)
+    iteration = 0
     while True:
         _gradient(node, trainer)
         if node.rank == host:
@@ -584,6 +592,9 @@ def ps_peer(node: Node, ternary: bool = False) -> None:
             trainer.grad.copy_(total / (len(others) + 1))
             trainer.sgd(cfg.lr)
             node.count("iterations")
+            iteration += 1
+            if iteration == cfg.iterations:
+                node.stop_run(f"{iteration} iterations done")
             for r in others:
                 node.send(r, "model", params=trainer.params.to(dtype))
         else:
