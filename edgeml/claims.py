@@ -54,7 +54,8 @@ TRENDS = ("increasing", "decreasing", "minimum")
 OPS = (">=", "<=", "between")
 CLAIM_KEYS = {"text", "metric", "run", "baseline", "kind", "paper_value", "op", "direction", "effect", "seeds",
               "targets", "rule", "figure"}
-TARGET_METRICS = ("time_to_target", "steps_to_target", "bytes_to_target", "ingress_to_target")
+TARGET_METRICS = ("time_to_target", "steps_to_target", "bytes_to_target", "ingress_to_target",
+                  "iterations_to_target", "cost_to_target")
 
 
 @dataclass(frozen=True)

@@ -29,10 +29,13 @@ import pandas as pd
 
 RULES = ("stays", "smoothed", "first", "stopping")
 SMOOTH_WINDOW = 5
-UNITS = {"time": "s", "steps": "steps", "bytes": "bytes", "ingress": "bytes"}
-COLUMNS = {"time": "time_s", "steps": "total_steps", "bytes": "total_bytes", "ingress": "ps_ingress_bytes"}
-"""Quantities spent until a target: time, steps, bytes sent by every node, and bytes into the parameter
-server (adacomp.txt's ingress traffic; NaN without the column)."""
+UNITS = {"time": "s", "steps": "steps", "bytes": "bytes", "ingress": "bytes", "iterations": "iterations",
+         "cost": "byte-hops"}
+COLUMNS = {"time": "time_s", "steps": "total_steps", "bytes": "total_bytes", "ingress": "ps_ingress_bytes",
+           "iterations": "iterations", "cost": "total_byte_hops"}
+"""Quantities spent until a target: time, steps, bytes sent by every node, bytes into the parameter server
+(adacomp.txt's ingress traffic), the algorithm's ``iterations`` counter, and the communication cost in
+byte-hops (snap.txt Sec. II-B); NaN without the column."""
 
 
 @dataclass(frozen=True)

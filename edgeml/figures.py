@@ -100,8 +100,8 @@ class FigureFile:
     caption: str
 
 
-STANDARD_PANELS = ("convergence_time", "convergence_steps", "convergence_bytes", "convergence_ingress", "bars",
-                   "time_breakdown", "throughput")
+STANDARD_PANELS = ("convergence_time", "convergence_steps", "convergence_bytes", "convergence_ingress",
+                   "convergence_iterations", "cost_per_iteration", "bars", "time_breakdown", "throughput")
 
 
 def panel_names() -> tuple[str, ...]:
@@ -112,7 +112,8 @@ def panel_names() -> tuple[str, ...]:
 
 def axis_label(metric: str, target: Target) -> str:
     if metric in QUANTITIES:
-        unit = {"time": " (s)", "steps": "", "bytes": " (bytes)", "ingress": " (bytes into the PS)"}[QUANTITIES[metric]]
+        unit = {"time": " (s)", "steps": "", "bytes": " (bytes)", "ingress": " (bytes into the PS)", "iterations": "",
+                "cost": " (byte-hops)"}[QUANTITIES[metric]]
         return f"{QUANTITIES[metric]} until {replace(target, note='')}{unit}"
     return metric
 
@@ -160,13 +161,21 @@ def write_figures(runs: list[Run], out: Path, cmp: Comparison | None = None, pan
     def want(name: str) -> bool:
         return wanted is None or name in wanted
 
-    has_ps = bool((tables["evals"]["ingress_mb"] > 0).any())
+    evals = tables["evals"]
+    has_ps = bool((evals["ingress_mb"] > 0).any())
+    counted = "iterations" in evals and bool(evals["iterations"].notna().any())
     for name, x in (("convergence_time", "time_s"), ("convergence_steps", "total_steps"),
-                    ("convergence_bytes", "total_mb"), ("convergence_ingress", "ingress_mb")):
-        if want(name) and (x != "ingress_mb" or has_ps):  # ingress: only where a parameter server received
-            figures.append((name, lambda x=x: plots.convergence(tables["evals"], x, ctx),
+                    ("convergence_bytes", "total_mb"), ("convergence_ingress", "ingress_mb"),
+                    ("convergence_iterations", "iterations")):
+        # ingress: only where a parameter server received; iterations: runs that count them
+        if want(name) and (x != "ingress_mb" or has_ps) and (x != "iterations" or counted):
+            figures.append((name, lambda x=x: plots.convergence(evals[evals[x].notna()], x, ctx),
                             f"{paper}test loss and accuracy of the global model against {plots.X_NAMES[x]}, "
                             f"{measured}{band}"))
+    if want("cost_per_iteration") and counted:
+        figures.append(("cost_per_iteration", lambda: plots.cost_per_iteration(evals[evals["iterations"].notna()], ctx),
+                        f"{paper}communication cost (bytes x hops) per iteration against iterations, {measured}"
+                        f"{band}"))
     if want("bars"):
         settings = group_settings(runs)
         method = {str(r.path): r.method for r in runs}

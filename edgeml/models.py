@@ -25,6 +25,8 @@ from edgeml.errors import UserError
 MODELS: dict[str, str] = {
     "logreg": "multinomial logistic regression: one linear layer, cross-entropy loss",
     "svm": "linear multi-class SVM: one linear layer, multi-class hinge loss",
+    "l2svm": "linear multi-class L2-SVM: one linear layer, squared multi-class hinge loss (smooth, so gradient "
+             "methods settle on the optimum: SNAP's simulations)",
     "mlp": "one hidden layer of 30 ReLU units (the 784-30-10 MLP of the SNAP paper)",
     "adacomp-cnn": "2 conv + 2 max-pool + dense 128 CNN of the AdaComp paper (~0.2M parameters on MNIST)",
     "lenet5": "LeNet-5 with ReLU: conv 6, pool, conv 16, pool, fc 120-84",
@@ -35,7 +37,7 @@ MODELS: dict[str, str] = {
                     "at width 1)",
     "squeezenet": "SqueezeNet 1.1 for small images: 3x3 stride-1 stem (~0.72M parameters)",
 }
-_FLAT_MODELS = ("logreg", "svm", "mlp")
+_FLAT_MODELS = ("logreg", "svm", "l2svm", "mlp")
 
 
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *, width: float = 1.0) -> nn.Module:
@@ -73,10 +75,13 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *, wi
 
 
 def loss_for(name: str) -> nn.Module:
-    """The training loss that defines the model: hinge for the SVM, cross-entropy for everything else."""
+    """The training loss that defines the model: hinge for the SVM, squared hinge for the L2-SVM, cross-entropy for
+    everything else."""
     if name not in MODELS:
         raise UserError(f"unknown model '{name}': choose one of {', '.join(MODELS)}")
-    return nn.MultiMarginLoss() if name == "svm" else nn.CrossEntropyLoss()
+    if name in ("svm", "l2svm"):
+        return nn.MultiMarginLoss(p=2 if name == "l2svm" else 1)
+    return nn.CrossEntropyLoss()
 
 
 def _with_head(name: str, features: nn.Sequential, shape: tuple[int, int, int], head: list[int], c: int) -> nn.Module:

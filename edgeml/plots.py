@@ -34,9 +34,10 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 from edgeml.stats import bootstrap_band, bootstrap_ci  # noqa: E402
 
 X_AXES = {"time_s": "training time (s)", "total_steps": "total steps over all workers",
-          "total_mb": "bytes sent by all nodes (MB)", "ingress_mb": "bytes into the parameter server (MB)"}
+          "total_mb": "bytes sent by all nodes (MB)", "ingress_mb": "bytes into the parameter server (MB)",
+          "iterations": "iterations"}
 X_NAMES = {"time_s": "training time", "total_steps": "total steps", "total_mb": "bytes sent",
-           "ingress_mb": "ingress at the parameter server"}
+           "ingress_mb": "ingress at the parameter server", "iterations": "iterations"}
 PARTS = {"computation": "#4C72B0", "communication": "#DD8452", "waiting": "#C44E52"}
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 HATCHES = ("", "//", "..", "xx", "\\\\", "++")
@@ -157,6 +158,39 @@ def convergence(evals: pd.DataFrame, x: str = "time_s", context: str = "") -> Fi
     axes[0].set_ylim(0, 1)
     st.legend(fig)
     _title(fig, f"Test accuracy and loss of the global model against {X_NAMES[x]}", context)
+    return fig
+
+
+def cost_per_iteration(evals: pd.DataFrame, context: str = "") -> Figure:
+    """Communication cost (bytes x hops, snap.txt Sec. II-B) per iteration and in total against iterations (the
+    ``iterations`` counter): a line per run, a 95% band over seeds. Per iteration is the cost between two
+    evaluations over the iterations between them."""
+    st = Styles.of(evals)
+    fig, axes = _figure(1, 2, 11, 4.6)
+    parts = []
+    for _, s in evals.sort_values("time_s").groupby(["run", "seed"], sort=False):
+        s = s.drop_duplicates("iterations", keep="last")
+        per = s["total_byte_hops"].diff() / s["iterations"].diff()
+        parts.append(s.assign(per_iteration_mb=per / 1e6, cost_mb=s["total_byte_hops"] / 1e6))
+    data = pd.concat(parts, ignore_index=True) if parts else evals
+    for run, g in data.groupby("run", sort=False):
+        method, setting = g["method"].iloc[0], g["setting"].iloc[0]
+        for ax, y in zip(axes, ("per_iteration_mb", "cost_mb")):
+            xs, ys, band = _curve_on_grid(g, "iterations", y)
+            if xs.size == 0:
+                continue
+            ax.plot(xs, ys, color=st.colour[method], ls=st.dash[setting], lw=1.5, marker=st.marker[method], ms=4,
+                    markevery=max(1, xs.size // 8), alpha=0.9)
+            if band is not None:
+                ax.fill_between(xs, band[0], band[1], color=st.colour[method], alpha=0.15, lw=0)
+    for ax, label in zip(axes, ("cost per iteration (MB x hops)", "total cost (MB x hops)")):
+        ax.set_xlabel("iterations")
+        ax.set_ylabel(label)
+        ax.set_ylim(bottom=0)
+    axes[0].set_title("communication per iteration")
+    axes[1].set_title("total communication")
+    st.legend(fig)
+    _title(fig, "Communication cost against iterations", context)
     return fig
 
 

@@ -113,7 +113,9 @@ class Run:
     def reach(self, target: Target) -> Reach:
         s, stop = self.summary, self.config.get("stop", {})
         return reach(self.evals, target, {"time": s["duration_s"], "steps": s["total_steps"],
-                                          "bytes": s["total_bytes"], "ingress": s["ps_ingress_bytes"]},
+                                          "bytes": s["total_bytes"], "ingress": s["ps_ingress_bytes"],
+                                          "iterations": (s.get("counts") or {}).get("iterations", math.nan),
+                                          "cost": s.get("total_byte_hops", math.nan)},
                      (float(stop.get("loss_variance") or 0.0), int(stop.get("window") or 0)))
 
     def decided(self, name: str) -> float | None:

@@ -44,6 +44,11 @@ GOLDEN = {
     "esync": ["esync.lr=0.05", "esync.mode='delayed_ack'"],
     "ssgd": ["ssgd.lr=0.05", "ssgd.aggregation='ps'"],
     "standalone": ["standalone.lr=0.05"],
+    "snap": ["snap.round_s=0.5"],
+    "snap0": ["snap0.round_s=0.5"],
+    "sno": ["sno.round_s=0.5"],
+    "peer_ps": [],
+    "terngrad": [],
     "gosgd": [],
     "edgegossip": ["edgegossip.method='hash_kmeans'", "edgegossip.ratio=5"],
 }

@@ -51,7 +51,7 @@ def test_mlp_size() -> None:
 
 
 def test_linear_models_are_one_layer() -> None:
-    for name in ("logreg", "svm"):
+    for name in ("logreg", "svm", "l2svm"):
         assert _params(build_model(name, (30,), 2)) == 30 * 2 + 2
 
 
@@ -61,9 +61,10 @@ def test_lenet5_classic_size_on_32px() -> None:
 
 
 def test_losses() -> None:
-    assert isinstance(loss_for("svm"), nn.MultiMarginLoss)
+    assert isinstance(loss_for("svm"), nn.MultiMarginLoss) and loss_for("svm").p == 1
+    assert isinstance(loss_for("l2svm"), nn.MultiMarginLoss) and loss_for("l2svm").p == 2  # squared hinge
     for name in MODELS:
-        if name != "svm":
+        if name not in ("svm", "l2svm"):
             assert isinstance(loss_for(name), nn.CrossEntropyLoss)
 
 
