@@ -474,8 +474,11 @@ def _link(title: str) -> str:
 def _finished(path: Path, cfg, quick: bool) -> bool:
     """Whether ``path`` holds a finished run of exactly ``cfg`` from this reproduction (``--resume`` keeps it).
 
-    The output folder itself (``run.out``) may differ: a reproduction can be continued from another place."""
-    from edgeml.config import read_toml
+    The output folder itself (``run.out``) may differ: a reproduction can be continued from another place. A
+    setting the run's ``config.toml`` lacks (one added to edgeml after the run) counts as the same where the new
+    configuration keeps it at its default: a setting is added with the default that does what edgeml did
+    before, so a reproduction spanning sessions keeps its finished runs."""
+    from edgeml.config import build_config, read_toml
     from edgeml.metrics import _toml_safe
 
     def comparable(config: dict) -> dict:
@@ -484,7 +487,14 @@ def _finished(path: Path, cfg, quick: bool) -> bool:
     try:
         done = json.loads((path / "summary.json").read_text())
         tag = json.loads((path / "experiment.json").read_text())
-        same = comparable(read_toml(path / "config.toml")) == comparable(_toml_safe(cfg.to_dict()))
+        old, new = read_toml(path / "config.toml"), _toml_safe(cfg.to_dict())
+        defaults = _toml_safe(build_config({"run": {"algorithm": cfg.run.algorithm}}).to_dict())
+        for section, values in new.items():
+            if isinstance(values, dict) and isinstance(old.get(section), dict):
+                for key, value in values.items():
+                    if key not in old[section] and defaults.get(section, {}).get(key) == value:
+                        old[section][key] = value
+        same = comparable(old) == comparable(new)
     except (OSError, ValueError, UserError):
         return False
     return same and tag.get("quick") == quick and done.get("status") in FINISHED

@@ -295,3 +295,25 @@ def test_the_shipped_experiments_plan(tmp_path):
     points = {p.point["cluster.hetero"] for p in plan(adsp) if p.spec == "fig5-adsp"}
     assert points == {"H=1.6", "H=2.4", "H=3.2", "H=4.0"}
     assert len({p.point["network.commit_delay_s"] for p in plan(adsp) if p.spec == "fig6-bsp"}) >= 3
+
+
+def test_a_setting_added_after_a_run_keeps_it_only_at_its_default(tmp_path, toy):
+    out = tmp_path / "out"
+    reproduce(toy, quick=True, out=out, seeds=[0])
+    runs = out / "runs"
+    before = {p.name: (p / "summary.json").stat().st_mtime_ns for p in runs.iterdir()}
+    for config in runs.glob("*/config.toml"):  # as if written before data.train_samples existed
+        text = config.read_text()
+        assert "train_samples = 0\n" in text
+        config.write_text(text.replace("train_samples = 0\n", ""))
+    # ssp.staleness = 1 is not SSP's default: a run without the setting did something else, and is not kept
+    tight = runs / "ssp-tight-s0" / "config.toml"
+    tight.write_text(tight.read_text().replace("staleness = 1\n", ""))
+    args = ["reproduce", toy, "--quick", "--seeds", "0", "--out", str(out), "--resume"]
+    refused = CliRunner().invoke(cli.app, args)
+    assert refused.exit_code == 2 and "holds 1 finished run(s)" in refused.output, refused.output
+    result = CliRunner().invoke(cli.app, [*args, "--force"])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("(kept)") == 2 and "ssp-tight seed 0 (kept)" not in result.output
+    after = {p.name: (p / "summary.json").stat().st_mtime_ns for p in runs.iterdir()}
+    assert [name for name in before if before[name] != after[name]] == ["ssp-tight-s0"]
