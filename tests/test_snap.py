@@ -61,6 +61,24 @@ def test_optimized_weights_are_valid_and_mix_faster_than_eq24(seed):
     assert info[info["chosen"]]["score"] > info["eq24"]["score"]
 
 
+HUNG = [(0, 3), (0, 6), (0, 16), (0, 17), (1, 2), (1, 12), (3, 7), (4, 17), (4, 18), (4, 19), (5, 6), (7, 12), (8, 14),
+        (9, 11), (9, 17), (10, 12), (10, 15), (12, 14), (13, 16), (14, 18)]
+"""A 20-node graph of average degree 2 on which Clarabel's default clique merging never returned."""
+
+
+def test_the_weights_of_a_graph_that_held_the_solver_are_solved_in_seconds():
+    import subprocess
+    import sys
+
+    code = ("import networkx as nx, numpy as np; from edgeml.algorithms.snap import choose_weights; "
+            f"g = nx.Graph({HUNG!r}); W, info = choose_weights(nx.to_numpy_array(g, nodelist=range(20)) > 0); "
+            "print(info['chosen'], round(float(np.linalg.eigvalsh(W)[-2]), 3))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    chosen, second = done.stdout.split()
+    assert chosen in ("problem22", "problem23") and float(second) < 1
+
+
 def test_unconstrained_problems_are_the_degenerate_ones():
     adj = adjacency(nx.cycle_graph(6))
     smallest, _ = optimal_weights(adj, "smallest")  # alone, (22) keeps every node to itself
