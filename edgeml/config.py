@@ -174,6 +174,11 @@ class EvalSection:
     """Evaluate the global model every this many seconds on the run's clock."""
     test_samples: int = 2000
     """Evaluate on this many test samples (a fixed subset); 0 uses all."""
+    models: Literal["average", "mean", "worst"] = "average"
+    """Which model the loss and accuracy columns describe when several nodes expose one: ``average``, the
+    average of their parameters (the global model); ``mean``, the mean loss and accuracy of each node's own
+    model; ``worst``, the highest loss and the lowest accuracy among them (decentralized training has
+    converged when every node's model has: snap.txt Sec. III)."""
 
 
 @dataclass

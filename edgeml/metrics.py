@@ -81,6 +81,11 @@ class Totals:
         return t
 
 
+def _nan_worst(x: float) -> float:
+    """Order key putting NaN (a diverged model) above everything: the worst of a set with a NaN is NaN."""
+    return math.inf if math.isnan(x) else x
+
+
 class Monitor:
     """Evaluates the exposed global model at fixed clock intervals and applies the stopping rules.
 
@@ -101,13 +106,19 @@ class Monitor:
         self.next_eval = 0.0
 
     def evaluate(self, t: float, params: list[torch.Tensor], totals: Totals) -> dict[str, Any]:
-        if params:
+        how = self.job.cfg.eval.models
+        if not params:
+            loss, acc = math.nan, math.nan
+        elif how == "average" or len(params) == 1:
             # averaged in float64: nodes that hold the same model (after an all-reduce) evaluate it exactly
             mean = params[0].detach().float().cpu().clone() if len(params) == 1 else \
                 torch.stack([p.detach().cpu().double() for p in params]).mean(0).float()
             loss, acc = self.evaluator(mean)
         else:
-            loss, acc = math.nan, math.nan
+            each = [self.evaluator(p.detach().float().cpu()) for p in params]
+            losses, accs = [x for x, _ in each], [a for _, a in each]
+            loss, acc = (statistics.fmean(losses), statistics.fmean(accs)) if how == "mean" else \
+                (max(losses, key=_nan_worst), min(accs, key=lambda a: -_nan_worst(-a)))
         row = {"time_s": round(t, 6), "total_steps": totals.steps, "total_samples": totals.samples,
                "total_bytes": totals.bytes, "total_byte_hops": totals.byte_hops, "ps_ingress_bytes": totals.ps_ingress,
                "loss": loss, "accuracy": acc, "messages_lost": totals.messages_lost, **totals.counts}

@@ -385,7 +385,8 @@ def claim_samples(runs: list[Run], per_run: pd.DataFrame, metrics: Iterable[str]
             v = pr.get(m)
             if v is None or (isinstance(v, float) and math.isnan(v)):
                 v = r.decided(m)
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)) \
+                    and math.isfinite(v):  # numpy's integers (a column of whole numbers) are no ints
                 rows.append({**base, "metric": m, "target": "", "lo": float(v), "hi": float(v),
                              "resolution": math.nan, "unit": ""})
     columns = ["run", "spec", "point", "seed", "metric", "target", "lo", "hi", "resolution", "unit"]

@@ -277,3 +277,15 @@ def test_an_unfinished_run_among_others_is_skipped(tmp_path):
     (tmp_path / "running" / "summary.json").unlink()
     runs = load_runs([str(tmp_path)])
     assert [r.path.name for r in runs] == ["done"]
+
+
+def test_claims_can_name_a_whole_number_summary_field(tmp_path):
+    from edgeml.report import claim_samples
+
+    for seed, hops in ((0, 1200), (1, 1300)):  # whole numbers: pandas keeps them as numpy integers
+        make_run(tmp_path / "runs", f"a{seed}", seed=seed, summary={"total_byte_hops": hops})
+    runs = load_runs([str(tmp_path / "runs")])
+    cmp = compare(runs, Target("accuracy", 0.8, "stays"))
+    samples = claim_samples(runs, cmp.per_run, ["total_byte_hops", "total_steps"], [])
+    assert sorted(samples[samples["metric"] == "total_byte_hops"]["lo"]) == [1200.0, 1300.0]
+    assert sorted(samples[samples["metric"] == "total_steps"]["lo"]) == [30.0, 30.0]

@@ -233,3 +233,23 @@ def test_too_many_procs_nodes_for_the_host_are_refused_before_anything_is_writte
     with pytest.raises(UserError, match=f"needs {workers + 1} node processes, .*use --backend sim"):
         run(cfg)
     assert not (tmp_path / "runs").exists()
+
+
+def test_eval_models_average_mean_and_worst_describe_the_nodes_models(tmp_path):
+    args = ["run.algorithm='gosgd'", "run.backend='sim'", "cluster.workers=3", "stop.max_time=1",
+            "eval.interval=0.25", "cluster.hetero='1:2:3'", f"run.out='{tmp_path}'"]
+    rows = {how: pd.read_csv(run(load_config(overrides=[*args, f"run.name='{how}'", f"eval.models='{how}'"]))
+                             / "evals.csv") for how in ("average", "mean", "worst")}
+    assert len({len(r) for r in rows.values()}) == 1 and len(rows["mean"]) >= 4
+    # the same runs (evaluation costs no virtual time), described three ways
+    assert (rows["mean"]["total_bytes"] == rows["worst"]["total_bytes"]).all()
+    assert (rows["worst"]["loss"] >= rows["mean"]["loss"]).all()
+    assert (rows["worst"]["accuracy"] <= rows["mean"]["accuracy"]).all()
+    assert (rows["worst"]["loss"] > rows["mean"]["loss"]).any()  # the nodes' models differ
+    assert (rows["average"]["loss"] != rows["mean"]["loss"]).any()
+    # one exposing node: all three are its model
+    one = [*args[1:2], "cluster.workers=1", *args[3:5], *args[6:]]
+    alone = [pd.read_csv(run(load_config(overrides=[*one, "run.algorithm='standalone'", f"run.name='1{how}'",
+                                                    f"eval.models='{how}'"])) / "evals.csv")["loss"].tolist()
+             for how in ("average", "worst")]
+    assert alone[0] == alone[1]

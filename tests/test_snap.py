@@ -301,3 +301,14 @@ def test_terngrad_sends_two_bits_a_value_and_its_scalers(tmp_path):
     assert (tags[tags.tag == "scalers"].max_bytes == 8).all() and (tags[tags.tag == "shared"].max_bytes == 8).all()
     evals = pd.read_csv(path / "evals.csv")
     assert evals.accuracy.iloc[-1] > 0.9
+
+
+def test_either_problems_solution_can_be_picked_by_name():
+    adj = adjacency(nx.random_regular_graph(3, 12, seed=4))
+    best, info = choose_weights(adj)
+    for name in ("problem22", "problem23"):
+        W, named = choose_weights(adj, pick=name)
+        assert named["chosen"] == name and second_largest(W) == pytest.approx(info[name]["second_largest"])
+        assert_valid(W, adj)
+    assert second_largest(choose_weights(adj, pick="problem23")[0]) <= info["eq24"]["second_largest"] + 1e-9
+    assert info["chosen"] == max(("problem22", "problem23"), key=lambda n: info[n]["score"])

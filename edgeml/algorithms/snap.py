@@ -208,9 +208,9 @@ def prune(W: np.ndarray, threshold: float = 1e-6) -> np.ndarray:
 
 
 def choose_weights(adj: np.ndarray, nonnegative: bool = True, threshold: float = 1e-6,
-                   eps: float = 1e-3) -> tuple[np.ndarray, dict]:
+                   eps: float = 1e-3, pick: str = "optimized") -> tuple[np.ndarray, dict]:
     """The optimized W of Sec. IV-B: problems (23) and (22) from Eq. (24)'s point, the one with the better
-    ``rate_score``, pruned.
+    ``rate_score`` (``pick = "optimized"``) or the one named (``"problem22"``, ``"problem23"``), pruned.
     Returns (W, info) with each candidate's second-largest and smallest eigenvalue and score, Eq. (24)'s
     included for comparison, the name of the one ``chosen`` and ``setup_s``, the solvers' time for both."""
     candidates = {"eq24": initial_weights(adj, eps)}
@@ -221,7 +221,8 @@ def choose_weights(adj: np.ndarray, nonnegative: bool = True, threshold: float =
         setup_s += seconds
     info: dict = {name: {"second_largest": second_largest(W), "smallest": float(eigenvalues(W)[-1]),
                          "score": rate_score(W)} for name, W in candidates.items()}
-    best = max(("problem23", "problem22"), key=lambda name: info[name]["score"])
+    best = pick if pick in ("problem22", "problem23") else \
+        max(("problem23", "problem22"), key=lambda name: info[name]["score"])
     info["chosen"] = best
     info["setup_s"] = setup_s
     return candidates[best], info
@@ -361,8 +362,9 @@ class PeerConfig:
 
 @dataclass
 class ExchangeConfig(PeerConfig):
-    weights: Literal["optimized", "eq24"] = "optimized"
-    """W: ``optimized`` (problems 22-23, the faster kept, Sec. IV-B) or ``eq24`` (Eq. 24 as it is)."""
+    weights: Literal["optimized", "problem22", "problem23", "eq24"] = "optimized"
+    """W: ``optimized`` (problems 22-23, the one with the better ``rate_score`` kept, Sec. IV-B), one of the two
+    problems' solutions by name, or ``eq24`` (Eq. 24 as it is)."""
     prune: float = 1e-6
     """Weights of the optimized W below this drop their edge (no exchange along it); 0 keeps every edge."""
     round_s: float = 0.0
@@ -454,7 +456,7 @@ def _weights(edges: tuple[tuple[int, int], ...], n: int, kind: str, threshold: f
         W = initial_weights(adj)
         return W, {"chosen": "eq24", "setup_s": 0.0,
                    "eq24": {"second_largest": second_largest(W), "smallest": float(eigenvalues(W)[-1])}}
-    return choose_weights(adj, threshold=threshold)
+    return choose_weights(adj, threshold=threshold, pick=kind)
 
 
 def peer_graph(node: Node) -> tuple[list[int], tuple[tuple[int, int], ...]]:
