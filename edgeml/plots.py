@@ -164,12 +164,15 @@ def convergence(evals: pd.DataFrame, x: str = "time_s", context: str = "") -> Fi
 def cost_per_iteration(evals: pd.DataFrame, context: str = "") -> Figure:
     """Communication cost (bytes x hops, snap.txt Sec. II-B) per iteration and in total against iterations (the
     ``iterations`` counter): a line per run, a 95% band over seeds. Per iteration is the cost between two
-    evaluations over the iterations between them."""
+    evaluations over the iterations between them, the evaluations taken at least a fiftieth of the run's
+    iterations apart: the counter and the bytes are read at slightly different moments (in procs, of different
+    processes), and over one or two iterations that alone makes the ratio zig-zag."""
     st = Styles.of(evals)
     fig, axes = _figure(1, 2, 11, 4.6)
     parts = []
     for _, s in evals.sort_values("time_s").groupby(["run", "seed"], sort=False):
         s = s.drop_duplicates("iterations", keep="last")
+        s = s[_spaced(s["iterations"].to_numpy(), max(1.0, s["iterations"].max() / 50))]
         per = s["total_byte_hops"].diff() / s["iterations"].diff()
         parts.append(s.assign(per_iteration_mb=per / 1e6, cost_mb=s["total_byte_hops"] / 1e6))
     data = pd.concat(parts, ignore_index=True) if parts else evals
@@ -192,6 +195,22 @@ def cost_per_iteration(evals: pd.DataFrame, context: str = "") -> Figure:
     st.legend(fig)
     _title(fig, "Communication cost against iterations", context)
     return fig
+
+
+def _spaced(x: np.ndarray, gap: float) -> np.ndarray:
+    """A mask keeping the first of increasing values ``x`` and then each one at least ``gap`` past the last kept;
+    the last value replaces the last kept one where it falls short of the gap (the end of a run is kept)."""
+    keep = np.zeros(len(x), dtype=bool)
+    last = -math.inf
+    for i, v in enumerate(x):
+        if v >= last + gap:
+            keep[i], last = True, v
+    if len(x) and not keep[-1]:
+        kept = np.flatnonzero(keep)
+        if len(kept) > 1:
+            keep[kept[-1]] = False
+        keep[-1] = True
+    return keep
 
 
 def _mean_ci(lo: np.ndarray, hi: np.ndarray) -> tuple[float, float, float, bool]:

@@ -276,3 +276,13 @@ def test_staleness_hist_figure_draws_the_last_histogram_of_each_run_summed_over_
     assert ada.get_ydata().tolist() == [0.25, 0.5, 0.25, 0.0] and asgd.get_ydata().tolist() == [0, 0, 0, 1.0]
     assert [line.get_ydata().tolist() for line in param.lines] == [[0.75, 0.25]]
     assert param.get_ylabel() == "fraction of entries"
+
+
+def test_cost_per_iteration_reads_counters_at_least_a_gap_apart():
+    import numpy as np
+
+    from edgeml.plots import _spaced
+
+    assert _spaced(np.array([0, 1, 2, 3, 10, 11]), 3).tolist() == [True, False, False, True, False, True]
+    assert _spaced(np.array([0, 1, 2]), 1).tolist() == [True, True, True]
+    assert _spaced(np.array([5]), 3).tolist() == [True]

@@ -312,3 +312,14 @@ def test_either_problems_solution_can_be_picked_by_name():
         assert_valid(W, adj)
     assert second_largest(choose_weights(adj, pick="problem23")[0]) <= info["eq24"]["second_largest"] + 1e-9
     assert info["chosen"] == max(("problem22", "problem23"), key=lambda n: info[n]["score"])
+
+
+def test_an_iteration_budget_ends_the_run_with_every_peers_last_frames_sent(tmp_path):
+    """SNO on a ring of 4 sends the same full frames every round: after N rounds, exactly N rounds of bytes."""
+    path = sim_run(tmp_path, "sno", "cluster.workers=4", "network.topology='ring'", "sno.iterations=6")
+    summary = json.loads((path / "summary.json").read_text())
+    frame = wire.snap_nbytes(30 * 2 + 2, 0, 8)
+    assert summary["status"] == "stopped" and summary["counts"]["iterations"] == 6
+    assert summary["total_bytes"] == 6 * 4 * 2 * frame
+    rows = pd.read_csv(path / "series/exchange.csv")
+    assert sorted(rows.groupby("rank").iteration.max()) == [5, 5, 5, 5]

@@ -551,8 +551,6 @@ def exchange_peer(node: Node, send_all: bool = False) -> None:
         iteration += 1
         if me == 0:
             node.count("iterations")
-            if iteration == cfg.iterations:
-                node.stop_run(f"{iteration} iterations done")
         k = max(k + 1, math.floor(node.now() / T + 1e-9))  # an overrun round: wait for the next tick
         while (left := (k * T) - node.now()) > 0:
             msg = node.recv(tag="params", timeout=left)
@@ -563,6 +561,10 @@ def exchange_peer(node: Node, send_all: bool = False) -> None:
         while (msg := node.recv(tag="params", timeout=0)) is not None:  # arrived exactly at the tick
             if msg.src in views:
                 views[msg.src] = wire.snap_decode(msg.data, views[msg.src])
+        if iteration == cfg.iterations:  # at the tick that ends the last round: every peer has sent its frames
+            if me == 0:
+                node.stop_run(f"{iteration} iterations done")
+            return
 
 
 def ps_host(seed: int, peers: list[int]) -> int:
@@ -601,10 +603,10 @@ def ps_peer(node: Node, ternary: bool = False) -> None:
             trainer.sgd(cfg.lr)
             node.count("iterations")
             iteration += 1
-            if iteration == cfg.iterations:
-                node.stop_run(f"{iteration} iterations done")
             for r in others:
                 node.send(r, "model", params=trainer.params.to(dtype))
+            if iteration == cfg.iterations:  # after the round's last messages
+                node.stop_run(f"{iteration} iterations done")
         else:
             if ternary:
                 clipped, scalers = terngrad_scalers(trainer.grad, spans, cfg.clip)
