@@ -277,8 +277,8 @@ def _evaluate_one(claim: Claim, label: str, rows: pd.DataFrame, result: dict, un
         return Result(**result, measured=_measured(iv, claim, False, hi_open), n=iv.n,
                       resolution=_resolution_text(res, unit), verdict=decide_value(iv, claim, hi_open, resolved))
     base_label = claim.baseline
-    if not (rows["run"] == base_label).any() and "[" in label:  # a sweep point pairs with the same point
-        base_label = claim.baseline + label[label.index("["):]
+    if not (rows["run"] == base_label).any() and "[" in label and "[" not in base_label:
+        base_label = claim.baseline + label[label.index("["):]  # a sweep point pairs with the same point
     if not (rows["run"] == base_label).any():
         return missing(f"no run {base_label!r}" + (" with those seeds" if claim.seeds else ""))
     base = _per_seed(rows[rows["run"] == base_label])

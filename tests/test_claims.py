@@ -226,6 +226,9 @@ def test_missing_runs_and_metrics_are_not_measured():
     assert verdict(claim(run="nope"), table).verdict == "not measured: no run 'nope'"
     assert verdict(claim(metric="wait_fraction"), table).verdict.startswith("not measured: the runs have no metric")
     assert verdict(claim(seeds=(0,)), table).verdict == "not measured: no run 'base' with those seeds"
+    # a baseline that names its own sweep point is reported as named when it is missing
+    table = samples([("new[p=1]", 0, 100.0, 100.0)])
+    assert verdict(claim(run="new[p=1]", baseline="base[p=1]"), table).verdict == "not measured: no run 'base[p=1]'"
 
 
 @pytest.mark.parametrize("raw, message", [
