@@ -80,8 +80,17 @@ def loss_for(name: str) -> nn.Module:
     if name not in MODELS:
         raise UserError(f"unknown model '{name}': choose one of {', '.join(MODELS)}")
     if name in ("svm", "l2svm"):
-        return nn.MultiMarginLoss(p=2 if name == "l2svm" else 1)
+        return _MarginLoss(p=2 if name == "l2svm" else 1)
     return nn.CrossEntropyLoss()
+
+
+class _MarginLoss(nn.MultiMarginLoss):
+    """torch's multi-class hinge loss, except that non-finite scores give NaN: torch clamps max(0, NaN) to 0, so a
+    diverged SVM would otherwise score a perfect loss of 0."""
+
+    def forward(self, input: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        loss = super().forward(input, target)
+        return torch.where(torch.isfinite(input).all(), loss, torch.full_like(loss, math.nan))
 
 
 def _with_head(name: str, features: nn.Sequential, shape: tuple[int, int, int], head: list[int], c: int) -> nn.Module:

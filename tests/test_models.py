@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -66,6 +68,20 @@ def test_losses() -> None:
     for name in MODELS:
         if name not in ("svm", "l2svm"):
             assert isinstance(loss_for(name), nn.CrossEntropyLoss)
+
+
+@pytest.mark.parametrize("name", ["svm", "l2svm", "mlp"])
+def test_a_diverged_model_has_nan_loss(name: str) -> None:
+    # torch's hinge loss clamps max(0, NaN) to 0: a diverged SVM must not look like a perfect one
+    y = torch.tensor([0, 1, 2])
+    for bad in (math.nan, math.inf):
+        scores = torch.tensor([[1.0, bad, 0.0], [0.0, 2.0, 0.0], [0.0, 0.0, 3.0]])
+        assert math.isnan(float(loss_for(name)(scores, y)))
+    if name != "mlp":  # finite scores: exactly torch's hinge loss
+        scores = torch.tensor([[0.5, 0.2, 0.0], [0.0, 2.0, 1.5], [0.0, 0.0, 3.0]])
+        p = 2 if name == "l2svm" else 1
+        assert float(loss_for(name)(scores, y)) == float(nn.MultiMarginLoss(p=p)(scores, y)) > 0
+
 
 
 def test_deterministic_given_seed() -> None:
