@@ -378,7 +378,9 @@ def claim_figure(exp: Experiment, claim: Claim, planned: list[PlannedRun]) -> st
 
 
 VERDICT_NOTE = (f"Each claim is decided on the mean over seeds with a 95% bootstrap interval (pairs by seed for "
-                f"comparisons; n = seeds). *holds*: the interval lies on the paper's side and reaches the paper's "
+                f"comparisons; n = seeds). Measured effects: a reduction is 1 - run / baseline, a ratio baseline / run, "
+                f"a difference baseline - run (so an accuracy difference above 0 means the run is less accurate). "
+                f"*holds*: the interval lies on the paper's side and reaches the paper's "
                 f"figure within {1 - HOLDS_SHARE:.0%}; *weaker* / *stronger*: on the paper's side but entirely "
                 f"below / above it; *does not hold*: on the other side; *inconclusive*: the interval straddles no "
                 f"effect, or a run never reached the target so only a bound is known (\"holds (>= x)\" only when the "
