@@ -271,8 +271,9 @@ def reproduce(
     backend: Optional[str] = typer.Option(None, help="procs or sim for every run."),
     resume: bool = typer.Option(False, "--resume", help="Keep runs already finished in the output folder with the "
                                                          "same configuration; run only the rest."),
-    only: Optional[str] = typer.Option(None, help="Run only the runs whose names match this glob (e.g. 'fig5*'); "
-                                                  "keep the others that already finished."),
+    only: Optional[str] = typer.Option(None, help="Run only the runs whose names, or the names of their swept "
+                                                  "entries, match this glob (e.g. 'fig5*', 'fig5-adsp'); keep the "
+                                                  "others that already finished."),
     force: bool = typer.Option(False, "--force", help="Delete finished runs in the output folder that this would "
                                                       "run again (without it, reproduce refuses)."),
 ) -> None:

@@ -542,7 +542,8 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
     console = console or wide_console(stderr=True)
     exp = load_experiment(paper)
     planned = plan(exp, quick, seeds, backend)
-    selected = {p.dirname for p in planned if not only or fnmatch.fnmatchcase(p.name, only)}
+    selected = {p.dirname for p in planned
+                if not only or fnmatch.fnmatchcase(p.name, only) or fnmatch.fnmatchcase(p.spec, only)}
     if not selected:
         raise UserError(f"--only {only!r} matches no run of {exp.paper}: choose among "
                         f"{', '.join(dict.fromkeys(p.name for p in planned))}")

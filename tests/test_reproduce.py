@@ -272,9 +272,9 @@ def test_only_runs_the_matching_runs_and_keeps_the_rest(tmp_path, toy):
     assert sorted(p.name for p in (out / "runs").iterdir()) == ["ssp-tight-s0"]
     assert list(pd.read_csv(out / "compare.csv")["run"]) == ["ssp-tight"]
     assert "not measured: no run 'bsp[cluster.hetero=H=1]'" in (out / "REPORT.md").read_text()
-    # then the BSP runs: the SSP run is kept, and the table covers all three
+    # then the BSP runs, named as their swept entry: the SSP run is kept, and the table covers all three
     before = (out / "runs" / "ssp-tight-s0" / "summary.json").stat().st_mtime_ns
-    result = CliRunner().invoke(cli.app, [*args, "--only", "bsp*"])
+    result = CliRunner().invoke(cli.app, [*args, "--only", "bsp"])
     assert result.exit_code == 0, result.output
     assert "ssp-tight seed 0 (kept)" in result.output
     assert (out / "runs" / "ssp-tight-s0" / "summary.json").stat().st_mtime_ns == before
