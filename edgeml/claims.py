@@ -367,8 +367,8 @@ def _fmt(claim: Claim, v: float, effect: bool = False) -> str:
         return f"{v:.0f} s"
     if claim.metric == "bytes_to_target":
         return f"{v / 1e6:.1f} MB"
-    if claim.metric.endswith(("fraction", "accuracy")):
-        return f"{v:.0%}"
+    if claim.metric.endswith(("fraction", "accuracy")):  # a difference of two shares is in percentage points
+        return f"{v * 100:.1f} pp" if kind == "difference" else f"{v:.0%}"
     return f"{v:.4g}"
 
 

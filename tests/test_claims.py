@@ -255,3 +255,12 @@ def test_claims_are_validated_strictly(raw, message):
     good = parse_claim({"text": "t", "metric": "time_to_target", "run": "r", "kind": "reduction",
                         "paper_value": 0.8, "targets": [1.0, 0.9]}, "x.toml", "bsp")
     assert (good.baseline, good.targets, good.sign) == ("bsp", (1.0, 0.9), 1)
+
+
+def test_a_difference_of_accuracies_is_in_percentage_points():
+    rows = [{"run": r, "spec": r, "point": "", "seed": s, "metric": "final_accuracy", "target": "", "lo": v, "hi": v,
+             "resolution": 0.0, "unit": ""} for r, vals in (("new", (0.80, 0.81)), ("base", (0.83, 0.83)))
+            for s, v in enumerate(vals)]
+    r = verdict(claim("difference", metric="final_accuracy", direction="higher"), pd.DataFrame(rows), "")
+    assert r.measured.startswith("2.5 pp [") and r.verdict == "does not hold"  # baseline - run: 3 and 2 pp
+
