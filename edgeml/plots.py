@@ -48,6 +48,14 @@ MAX_WIDTH = 14.0     # inches; at 150 dpi a figure is at most 2100 px wide
 MAX_TICK_LABELS = 12  # per axis: more worker labels are thinned out
 
 
+
+def _spans(mid, lo, hi) -> np.ndarray:
+    """Error-bar lengths [below, above] around ``mid`` for an interval [lo, hi] (scalars or arrays): clipped at 0,
+    because a mean of equal values can land an ulp outside their range and matplotlib refuses negative lengths."""
+    mid, lo, hi = (np.atleast_1d(np.asarray(v, dtype=float)) for v in (mid, lo, hi))
+    return np.clip(np.vstack([mid - lo, hi - mid]), 0.0, None)
+
+
 def _figure(nrows: int, ncols: int, width: float, height: float) -> tuple[Figure, list]:
     # A bare Figure (no pyplot) leaves no global state behind, so many figures never pile up in memory.
     with sns.axes_style("whitegrid"), sns.plotting_context("notebook", font_scale=0.85):
@@ -229,7 +237,7 @@ def _bar(ax, x: float, width: float, lo: np.ndarray, hi: np.ndarray, colour) -> 
         ax.annotate(">", (x, mean), xytext=(0, 2), textcoords="offset points", ha="center", va="bottom",
                     fontsize=12, fontweight="bold", color=colour)
     elif ci_hi > ci_lo:
-        ax.errorbar(x, mean, [[mean - ci_lo], [ci_hi - mean]], color="0.15", capsize=3, lw=1.1)
+        ax.errorbar(x, mean, _spans(mean, ci_lo, ci_hi), color="0.15", capsize=3, lw=1.1)
     return max(mean, ci_hi if not censored else mean)
 
 
@@ -293,8 +301,8 @@ def against(df: pd.DataFrame, x: str, ys: list[str], labels: dict[str, str], con
                 xm, xl, xh = bootstrap_ci(xv)
                 ym, yl, yh = bootstrap_ci(yv)
                 pts.append((xm, ym))
-                ax.errorbar(xm, ym, yerr=None if censored else [[ym - yl], [yh - ym]],
-                            xerr=[[xm - xl], [xh - xm]] if xh > xl else None, color=st.colour[method],
+                ax.errorbar(xm, ym, yerr=None if censored else _spans(ym, yl, yh),
+                            xerr=_spans(xm, xl, xh) if xh > xl else None, color=st.colour[method],
                             marker=st.marker[method], mfc="white" if censored else st.colour[method], capsize=3,
                             lw=0, elinewidth=1.1, ms=7)
                 if censored:
@@ -364,7 +372,7 @@ def throughput(summary: pd.DataFrame, context: str = "") -> Figure:
             mean, lo, hi = bootstrap_ci(v)
             ax.barh(i, mean, color=colours[run], height=0.7)
             if hi > lo:
-                ax.errorbar(mean, i, xerr=[[mean - lo], [hi - mean]], color="0.15", capsize=3, lw=1.1)
+                ax.errorbar(mean, i, xerr=_spans(mean, lo, hi), color="0.15", capsize=3, lw=1.1)
         ax.set_yticks(range(len(runs)), [textwrap.fill(r, 34) for r in runs] if ax is axes[0] else [""] * len(runs),
                       fontsize=8)
         ax.invert_yaxis()
@@ -540,7 +548,7 @@ def rounds(df: pd.DataFrame, context: str = "") -> Figure:
         colour = st.colour[d["method"].iloc[0]]
         x = d["device"] + (k - (len(runs) - 1) / 2) * width
         axes[0].bar(x, d["iterations"], width, color=colour, alpha=0.8, label=run, hatch=HATCHES[k % len(HATCHES)],
-                    edgecolor="white", yerr=[d["iterations"] - d["lo"], d["hi"] - d["iterations"]], capsize=2)
+                    edgecolor="white", yerr=_spans(d["iterations"], d["lo"], d["hi"]), capsize=2)
         m = per[per["run"] == run]
         axes[1].plot(m["capability"], m["wait"], lw=0, marker=st.marker[d["method"].iloc[0]], color=colour, ms=6)
     axes[0].set_xlabel("device (in rank order)")

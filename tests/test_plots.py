@@ -231,6 +231,15 @@ def test_rounds_figure_shows_each_devices_iterations_and_wait():
     assert sorted(points.lines[0].get_ydata().tolist()) == [0.0, 0.01]  # longest waits
 
 
+def test_rounds_figure_with_seeds_of_equal_means():
+    # three seeds with the same mean iterations (a deterministic schedule): their mean, 0.37 * 3 / 3, lands an ulp
+    # below the smallest, which matplotlib refused as a negative error bar
+    base = SERIES["rounds"].assign(iterations=0.37, run="esync", method="esync", setting="")
+    fig = plots.rounds(pd.concat([base.assign(seed=s) for s in range(3)], ignore_index=True))
+    assert sorted(round(p.get_height(), 6) for p in fig.axes[0].patches) == [0.37, 0.37]
+    assert (plots._spans([0.36999999999999994], [0.37], [0.37]) >= 0).all()
+
+
 def test_series_figures_come_from_the_registry(tmp_path, monkeypatch):
     """A series a run wrote is drawn by the figure registered under its name, and by nothing else."""
     drawn = []
