@@ -5,7 +5,10 @@ and, for comparisons, a baseline run. Kinds:
 
 - ``reduction`` (1 - run / baseline), ``ratio`` (baseline / run), ``difference`` (baseline - run): paired by
   seed. ``paper_value`` is the paper's figure; without it the claim is a direction, ``direction = "lower"``
-  (the run's metric is lower than the baseline's: the default) or ``"higher"``.
+  (the run's metric is lower than the baseline's: the default) or ``"higher"``. A direction claim with
+  ``margin = m`` (>= 0, in the effect's units) is a non-inferiority claim: the run may fall short of the
+  baseline on that side by up to m ("at least as accurate as centralized training": margin = 0, identical
+  values hold; "matches standalone within a percentage point": margin = 0.01).
 - ``value``: the run's own metric against ``paper_value`` with ``op`` ">=", "<=" or "between" (then
   ``paper_value = [low, high]``).
 - A ``reduction``, ``ratio``, ``difference`` or ``value`` claim whose ``run`` names a swept ``[[runs]]`` entry
@@ -53,7 +56,7 @@ NEUTRAL = {"reduction": 0.0, "ratio": 1.0, "difference": 0.0}
 TRENDS = ("increasing", "decreasing", "minimum")
 OPS = (">=", "<=", "between")
 CLAIM_KEYS = {"text", "metric", "run", "baseline", "kind", "paper_value", "op", "direction", "effect", "seeds",
-              "targets", "rule", "figure"}
+              "targets", "rule", "figure", "margin"}
 TARGET_METRICS = ("time_to_target", "steps_to_target", "bytes_to_target", "ingress_to_target",
                   "iterations_to_target", "cost_to_target")
 
@@ -73,6 +76,7 @@ class Claim:
     targets: tuple[float, ...] | None = None
     rule: str | None = None
     figure: str | None = None
+    margin: float | None = None
 
     @property
     def on_target(self) -> bool:
@@ -150,6 +154,11 @@ def parse_claim(raw: dict, where: str, default_baseline: str) -> Claim:
         if (effect == "value") != (baseline is None):
             raise bad("a trend against a baseline needs effect = reduction, ratio or difference; without a "
                       "baseline, leave effect out")
+    margin = raw.get("margin")
+    if margin is not None and (kind not in PAIR_KINDS or paper is not None or direction is None
+                               or not _number(margin) or margin < 0):
+        raise bad("margin (a number >= 0) applies to a reduction, ratio or difference claim with a direction and "
+                  "no paper_value")
     seeds = raw.get("seeds")
     if seeds is not None and not (isinstance(seeds, list) and seeds and
                                   all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)):
@@ -168,7 +177,7 @@ def parse_claim(raw: dict, where: str, default_baseline: str) -> Claim:
     return Claim(raw["text"], raw["metric"], raw["run"], kind, baseline,
                  float(paper) if _number(paper) else paper, op, direction, effect,
                  tuple(seeds) if seeds else None, tuple(float(t) for t in targets) if targets else None, rule,
-                 raw.get("figure"))
+                 raw.get("figure"), float(margin) if margin is not None else None)
 
 
 # ------------------------------------------------------------------------------------------ evaluation
@@ -215,6 +224,13 @@ def decide(iv: Interval, claim: Claim, lo_open: bool, hi_open: bool, resolved: b
         lo_open, hi_open = hi_open, lo_open
     p = abs(claim.paper_value - neutral) if claim.kind in PAIR_KINDS and claim.paper_value is not None else None
     bound = _bound_text(iv, claim, lo_open if s > 0 else hi_open, hi_open if s > 0 else lo_open)
+    if claim.margin is not None:  # non-inferiority: short of the baseline by up to the margin still holds
+        lo, hi = lo + claim.margin, hi + claim.margin
+        if hi_open:
+            return f"holds ({bound})" if lo >= 0 else f"inconclusive ({bound})"
+        if lo_open:
+            return f"does not hold ({bound})" if hi < 0 else f"inconclusive ({bound})"
+        return "holds" if lo >= 0 else "does not hold" if hi < 0 else "inconclusive"
     if hi_open:  # only a lower bound on the effect
         return f"holds ({bound})" if lo > 0 and (p is None or lo >= HOLDS_SHARE * p) else f"inconclusive ({bound})"
     if lo_open:  # only an upper bound
@@ -408,6 +424,9 @@ def paper_text(claim: Claim) -> str:
         if claim.op == "between":
             return f"{_fmt(claim, claim.paper_value[0])} to {_fmt(claim, claim.paper_value[1])}"
         return f"{claim.op} {_fmt(claim, claim.paper_value)}"
+    if claim.paper_value is None and claim.margin is not None:
+        side = "lower" if claim.sign > 0 else "higher"
+        return f"{side} than {claim.baseline} or short of it by at most {_fmt(claim, claim.margin)}"
     if claim.paper_value is None:
         return f"{'lower' if claim.sign > 0 else 'higher'} than {claim.baseline} (no number given)"
     return _fmt(claim, claim.paper_value)

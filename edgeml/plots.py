@@ -29,7 +29,7 @@ import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
-from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullLocator  # noqa: E402
 
 from edgeml.stats import bootstrap_band, bootstrap_ci  # noqa: E402
 
@@ -288,11 +288,24 @@ def against(df: pd.DataFrame, x: str, ys: list[str], labels: dict[str, str], con
     ncols = min(len(ys), 3)
     nrows = math.ceil(len(ys) / ncols)
     fig, axes = _figure(nrows, ncols, max(6.0, 4.6 * ncols), 3.6 * nrows + 1.0)
-    numeric = pd.to_numeric(df[x], errors="coerce").notna().all()
-    xs_all = pd.to_numeric(df[x], errors="coerce") if numeric else None
+    # a method run without a sweep beside swept ones (a centralized reference) is a level, not a point at its x
+    swept = df["point"].astype(str) != ""
+    reference = {m for m in st.methods if swept.any() and not swept[df["method"] == m].any()}
+    placed = df[~df["method"].isin(reference)]
+    numeric = pd.to_numeric(placed[x], errors="coerce").notna().all()
+    xs_all = pd.to_numeric(placed[x], errors="coerce") if numeric else None
     for ax, y in zip(axes, ys):
         for method in st.methods:
             d = df[(df["method"] == method) & df[y].notna()]
+            if method in reference:
+                if len(d):
+                    ym, yl, yh = bootstrap_ci(d[y].to_numpy(float))
+                    ax.axhline(ym, color=st.colour[method], ls="--", lw=1.2)
+                    if yh > yl:
+                        ax.axhspan(yl, yh, color=st.colour[method], alpha=0.12, lw=0)
+                    ax.annotate(f"{method} (not swept)", (0.01, ym), xycoords=("axes fraction", "data"),
+                                xytext=(0, 3), textcoords="offset points", fontsize=8, color=st.colour[method])
+                continue
             pts = []
             for k, (point, g) in enumerate(d.groupby("point", sort=False)):
                 xv = pd.to_numeric(g[x]).to_numpy(float) if numeric else np.full(len(g), k, dtype=float)
@@ -314,6 +327,10 @@ def against(df: pd.DataFrame, x: str, ys: list[str], labels: dict[str, str], con
         if numeric and xs_all.min() > 0 and xs_all.max() / xs_all.min() >= 8:
             ax.set_xscale("log", base=2)
         if numeric:
+            values = np.unique(xs_all.to_numpy(float))
+            if len(values) <= 10 and any(f"{x}=" in str(p) for p in placed["point"]):  # a swept setting: a tick per value
+                ax.set_xticks(values)
+                ax.xaxis.set_minor_locator(NullLocator())
             ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         if not numeric:
             points = _order(df, "point")

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from edgeml.claims import Claim, evaluate, parse_claim, trend_statistic
+from edgeml.claims import Claim, evaluate, paper_text, parse_claim, trend_statistic
 from edgeml.convergence import Target, reach, stays_index, stopping_index
 from edgeml.errors import UserError
 from edgeml.stats import bootstrap_ci, mean_interval
@@ -263,4 +263,36 @@ def test_a_difference_of_accuracies_is_in_percentage_points():
             for s, v in enumerate(vals)]
     r = verdict(claim("difference", metric="final_accuracy", direction="higher"), pd.DataFrame(rows), "")
     assert r.measured.startswith("2.5 pp [") and r.verdict == "does not hold"  # baseline - run: 3 and 2 pp
+
+
+def accuracies(run: tuple, base: tuple) -> pd.DataFrame:
+    return pd.DataFrame([{"run": r, "spec": r, "point": "", "seed": s, "metric": "final_accuracy", "target": "",
+                          "lo": v, "hi": v, "resolution": 0.0, "unit": ""}
+                         for r, vals in (("new", run), ("base", base)) for s, v in enumerate(vals)])
+
+
+@pytest.mark.parametrize("run, margin, expected", [
+    ((0.9, 0.9), 0.0, "holds"),            # identical: "at least as accurate" holds, where a direction is undecided
+    ((0.9, 0.9), None, "inconclusive"),
+    ((0.895, 0.893), 0.01, "holds"),       # half a point short, within a one-point margin
+    ((0.87, 0.88), 0.01, "does not hold"),  # two points short
+    ((0.88, 0.905), 0.01, "inconclusive"),  # the interval straddles the margin
+])
+def test_a_margin_makes_a_non_inferiority_claim(run, margin, expected):
+    c = claim("difference", metric="final_accuracy", direction="higher", margin=margin)
+    assert verdict(c, accuracies(run, (0.9, 0.9)), "").verdict == expected
+    if margin is not None:
+        assert paper_text(c) == f"higher than base or short of it by at most {margin * 100:.1f} pp"
+
+
+@pytest.mark.parametrize("raw", [
+    {"kind": "difference", "margin": 0.01},                                # no direction
+    {"kind": "difference", "direction": "higher", "margin": -0.01},
+    {"kind": "difference", "direction": "higher", "margin": "1pp"},
+    {"kind": "reduction", "paper_value": 0.5, "margin": 0.01},
+    {"kind": "value", "paper_value": 0.5, "margin": 0.01},
+])
+def test_a_margin_is_refused_where_it_means_nothing(raw):
+    with pytest.raises(UserError, match="margin"):
+        parse_claim({"text": "t", "metric": "final_accuracy", "run": "r", **raw}, "x.toml", "b")
 

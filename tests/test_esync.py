@@ -8,6 +8,7 @@ import math
 
 import pandas as pd
 import pytest
+import torch
 
 from edgeml.algorithms.esync import Record, query_state
 from edgeml.config import load_config
@@ -139,8 +140,37 @@ def test_standalone_trains_on_the_whole_training_set(tmp_path):
     assert nodes.samples.iloc[0] == 300 * 32
 
 
+def test_standalone_weight_decay_adds_to_each_gradient():
+    # on f(w) = |w|^2 / 2 (gradient w) a step is w <- w - lr (w + decay w)
+    from types import SimpleNamespace
+
+    from edgeml.algorithms.esync import StandaloneConfig, standalone
+
+    class Done(Exception):
+        pass
+
+    w = torch.tensor([1.0, -2.0])
+    trainer = SimpleNamespace(params=w.clone(), grad=torch.zeros(2), batch_size=1)
+    trainer.gradient = lambda: trainer.grad.copy_(trainer.params)
+    trainer.sgd = lambda lr: trainer.params.add_(trainer.grad, alpha=-lr)
+    calls = []
+
+    def compute(fn, samples):
+        if len(calls) == 2:
+            raise Done
+        calls.append(samples)
+        fn()
+
+    node = SimpleNamespace(trainer=lambda all_data: trainer, expose=lambda p: None, compute=compute,
+                           algo=StandaloneConfig(lr=0.1, weight_decay=0.5))
+    with pytest.raises(Done):
+        standalone(node)
+    assert torch.allclose(trainer.params, w * (1 - 0.1 * 1.5) ** 2)
+
+
 @pytest.mark.parametrize("setting", ["esync.global_lr=0", "esync.state_eps_s=-1", "esync.lr=nan",
-                                     "esync.mode='eager'", "ssgd.aggregation='ring'", "standalone.lr=-1"])
+                                     "esync.mode='eager'", "ssgd.aggregation='ring'", "standalone.lr=-1",
+                                     "centralized.weight_decay=-0.1", "standalone.weight_decay=inf"])
 def test_bad_settings_are_refused(setting):
     algorithm = setting.split(".")[0]
     with pytest.raises(UserError):

@@ -118,6 +118,23 @@ def test_against_a_swept_setting_with_intervals_and_censored_points():
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["adsp", "fixed_adacomm"]
 
 
+def test_against_draws_an_unswept_reference_as_a_level():
+    # SNAP's size sweep beside one centralized run (1 worker): a dashed level, not a point at x = 1
+    rows = [{"method": "snap", "point": f"cluster.workers={n}", "seed": s, "cluster.workers": n,
+             "final_accuracy": 0.9 + n / 1000} for n in (10, 20, 40) for s in (0, 1)]
+    rows += [{"method": "centralized", "point": "", "seed": s, "cluster.workers": 1, "final_accuracy": 0.95}
+             for s in (0, 1)]
+    fig = plots.against(pd.DataFrame(rows), "cluster.workers", ["final_accuracy"], {})
+    ax = fig.axes[0]
+    (line,) = [ln for ln in data_lines(ax) if ln.get_linestyle() == "-"]
+    assert list(line.get_xdata()) == [10.0, 20.0, 40.0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["10", "20", "40"]  # a tick per swept value
+    assert ax.get_xlim()[0] > 5  # the reference's x = 1 is not on the axis
+    levels = [ln for ln in ax.lines if ln.get_linestyle() == "--"]
+    assert len(levels) == 1 and list(levels[0].get_ydata()) == [0.95, 0.95]
+    assert [t.get_text() for t in ax.texts] == ["centralized (not swept)"]
+
+
 def test_breakdown_throughput_staleness_decisions_axes():
     nodes = pd.DataFrame({"run": ["bsp"] * 2 + ["asp"] * 2, "worker": ["0\n×1", "1\n×3"] * 2, "index": [0, 1] * 2,
                           "computation": [33.0, 100.0, 100.0, 100.0], "communication": [0.0] * 4,

@@ -113,10 +113,16 @@ class ESyncConfig(SSGDConfig):
 class StandaloneConfig:
     lr: float = 0.05
     """Learning rate of plain mini-batch SGD."""
+    weight_decay: float = 0.0
+    """L2 regularization added to each gradient (weight_decay x w): a reference for peers that minimize the same
+    regularized objective (SNAP's simulations)."""
 
     def validate(self, cfg) -> None:
+        name = cfg.run.algorithm
         if not 0 < self.lr < math.inf:
-            raise UserError(f"{cfg.run.algorithm}.lr = {self.lr}: the learning rate must be a finite number > 0")
+            raise UserError(f"{name}.lr = {self.lr}: the learning rate must be a finite number > 0")
+        if not 0 <= self.weight_decay < math.inf:
+            raise UserError(f"{name}.weight_decay = {self.weight_decay}: must be a finite number >= 0 (0: none)")
 
 
 FORWARD_WORK = 1 / 3
@@ -322,9 +328,11 @@ def standalone(node: Node) -> None:
     """One device, the whole training set, plain mini-batch SGD."""
     trainer = node.trainer(all_data=True)
     node.expose(trainer.params)
-    lr = node.algo.lr
+    lr, decay = node.algo.lr, node.algo.weight_decay
     while True:
         node.compute(trainer.gradient, samples=trainer.batch_size)
+        if decay:
+            trainer.grad.add_(trainer.params, alpha=decay)
         trainer.sgd(lr)
 
 
