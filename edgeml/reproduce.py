@@ -524,6 +524,15 @@ def _prepare_out(out: Path, work: list[tuple[PlannedRun, Any, bool]], force: boo
     out.mkdir(parents=True, exist_ok=True)
 
 
+def _selects(only: str, p: PlannedRun, planned: list[PlannedRun]) -> bool:
+    """Whether ``--only`` picks run ``p``: a run's exact name (a swept point such as ``sim-snap[cluster.workers=
+    100]``, whose brackets a glob would read as a character class) is taken literally; anything else is a glob
+    on the run's name and on its swept entry's name."""
+    if any(only in (q.name, q.spec) for q in planned):
+        return only in (p.name, p.spec)
+    return fnmatch.fnmatchcase(p.name, only) or fnmatch.fnmatchcase(p.spec, only)
+
+
 def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: list[int] | None = None,
               backend: str | None = None, console: Console | None = None, command_line: str = "",
               resume: bool = False, only: str | None = None, force: bool = False) -> Path:
@@ -542,8 +551,7 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
     console = console or wide_console(stderr=True)
     exp = load_experiment(paper)
     planned = plan(exp, quick, seeds, backend)
-    selected = {p.dirname for p in planned
-                if not only or fnmatch.fnmatchcase(p.name, only) or fnmatch.fnmatchcase(p.spec, only)}
+    selected = {p.dirname for p in planned if not only or _selects(only, p, planned)}
     if not selected:
         raise UserError(f"--only {only!r} matches no run of {exp.paper}: choose among "
                         f"{', '.join(dict.fromkeys(p.name for p in planned))}")

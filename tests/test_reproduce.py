@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from edgeml import cli
 from edgeml.errors import UserError
 from edgeml.report import load_runs
-from edgeml.reproduce import load_experiment, plan, reproduce
+from edgeml.reproduce import _selects, load_experiment, plan, reproduce
 
 EXPERIMENT = """
 [experiment]
@@ -281,6 +281,18 @@ def test_only_runs_the_matching_runs_and_keeps_the_rest(tmp_path, toy):
     assert len(pd.read_csv(out / "compare.csv")) == 3
     result = CliRunner().invoke(cli.app, [*args, "--only", "nothing*"])
     assert result.exit_code == 2 and "--only 'nothing*' matches no run of toy" in result.output
+
+
+def test_only_takes_a_swept_points_name_literally(toy):
+    # "bsp[cluster.hetero=1:3]" as a glob would be "bsp" and one character of the class: it matches neither point
+    exp = load_experiment(toy)
+    planned = plan(exp, quick=True, seeds=[0])
+    pick = [p.name for p in planned if _selects("bsp[cluster.hetero=1:3]", p, planned)]
+    assert pick == ["bsp[cluster.hetero=1:3]"]
+    assert sorted(p.name for p in planned if _selects("bsp*", p, planned)) == sorted(
+        p.name for p in planned if p.spec == "bsp")
+    glob = [p.name for p in planned if _selects("ssp-tigh?", p, planned)]
+    assert glob == ["ssp-tight"]
 
 
 def test_the_shipped_experiments_plan(tmp_path):
