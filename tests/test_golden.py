@@ -15,7 +15,12 @@ break it while every value the golden holds must match exactly.
 
 Bits depend on torch's version and the CPU's vector extensions as well as on the algorithm, so the goldens record
 both (``golden/platform.json``) and the comparison is skipped, saying why, on another platform: there, regenerate
-them first (on the commit before a change) and compare against those.
+them first (on the commit before a change) and compare against those. One column is compared to a tolerance,
+the test loss: torch's kernels choose their summation order by CPU model beyond the recorded vector extensions,
+and two AVX-512 hosts gave the same accuracies, steps and bytes for every algorithm but losses a few float32
+roundings apart (2e-8 to 7e-8 relative from the evaluation's sums; up to 1e-6 for ``standalone``, whose
+full-data steps drifted by as much), so it must match within ``LOSS_RTOL``; every other value must match
+exactly.
 """
 
 from __future__ import annotations
@@ -28,6 +33,9 @@ from pathlib import Path
 import pytest
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
+LOSS_RTOL = 1e-5
+"""The test loss's tolerance: float32 roundings of the sums, far below any change of what an algorithm computes
+(which moves the loss by more and, within a few steps, the accuracies too)."""
 COMMON = ["run.backend='sim'", "run.seed=0", "data.dataset='digits'", "cluster.workers=4",
           "cluster.hetero='1:1:2:4'", "network.latency_s=0.002", "stop.max_time=4", "eval.interval=0.25"]
 GOLDEN = {
@@ -92,7 +100,22 @@ def test_golden_evals(tmp_path, algorithm):
     assert len(golden) >= 10
     assert len(got) == len(golden)
     for i, (want, row) in enumerate(zip(golden, got)):
-        assert {k: row[k] for k in want} == want, f"{algorithm}: evals.csv row {i} differs"
+        exact = {k for k in want if k != "loss"}
+        assert {k: row[k] for k in exact} == {k: want[k] for k in exact}, f"{algorithm}: evals.csv row {i} differs"
+        assert same_loss(row["loss"], want["loss"]), f"{algorithm}: row {i}: loss {row['loss']} != {want['loss']}"
+
+
+def same_loss(got: str, want: str) -> bool:
+    """Equal losses up to ``LOSS_RTOL`` (NaN only where the golden has NaN)."""
+    a, b = float(got), float(want)
+    return a == b or (a != a and b != b) or abs(a - b) <= LOSS_RTOL * abs(b)
+
+
+def test_the_loss_tolerance_is_a_rounding_not_a_change():
+    assert same_loss("2.1497200859917536", "2.1497201707628038")  # two hosts' float32 sums
+    assert same_loss("nan", "nan") and not same_loss("nan", "0.5") and not same_loss("0.5", "nan")
+    assert same_loss("0.30111982027689616", "0.3011195182800293")  # standalone's drift, 1e-6
+    assert not same_loss("2.1497", "2.1498")  # 5e-5 relative: a change
 
 
 if __name__ == "__main__":
