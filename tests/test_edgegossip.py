@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from edgeml.algorithms.edgegossip import (METHODS, NoPlatformLeft, Predictor, aggregate, balance, mix, phase_ops,
-                                          plan_batches, rank_subsets, regroup, split)
+                                          plan_batches, point_matrix, rank_subsets, reduce, reduced_dim,
+                                          regroup, split)
 from edgeml.config import load_config
 from edgeml.errors import UserError
 from edgeml.runner import run
@@ -92,14 +93,28 @@ def test_aggregated_points_are_class_pure_means_of_their_subsets(digits, method)
     assert len(coarse.members) < len(agg.members)
 
 
-def test_aggregated_subsets_group_similar_points(digits):
+@pytest.mark.parametrize("svd", ["point", "dataset"])
+def test_aggregated_subsets_group_similar_points(digits, svd):
     x, y = digits
-    agg = aggregate(x, y, "svd_kmeans", ratio=10, seed=0)
+    agg = aggregate(x, y, "svd_kmeans", ratio=10, seed=0, svd=svd)
     spread = np.mean([np.linalg.norm(x[g] - x[g].mean(0), axis=1).mean() for g in agg.members if len(g) > 1])
     rng = np.random.default_rng(0)
     shuffled = [rng.permutation(np.flatnonzero(y == y[g[0]]))[:len(g)] for g in agg.members if len(g) > 1]
     random_spread = np.mean([np.linalg.norm(x[g] - x[g].mean(0), axis=1).mean() for g in shuffled])
     assert spread < 0.9 * random_spread
+
+
+def test_per_point_svd_keeps_each_points_largest_singular_values(digits):
+    x, _ = digits
+    assert point_matrix(784, (1, 28, 28)) == (28, 28) and point_matrix(3072, (3, 32, 32)) == (96, 32)
+    assert point_matrix(64) == (8, 8) and point_matrix(30) == (6, 5) and point_matrix(7) == (7, 1)
+    k = reduced_dim("svd", 64, 10, (1, 8, 8))
+    assert k == 8  # an 8 x 8 point has 8 singular values, fewer than the paper's 10
+    z = reduce(x[:5], "svd", k, seed=0, matrix=(8, 8))
+    for point, features in zip(x[:5], z):
+        assert np.allclose(features, np.linalg.svd(point.reshape(8, 8), compute_uv=False), rtol=1e-4, atol=1e-4)
+    assert reduced_dim("svd", 784, 10, (1, 28, 28)) == 10
+    assert phase_ops("reduce", "svd", n=3, d=784, k=10, m=1, matrix=(28, 28)) == 3 * 4 * 28 ** 3
 
 
 def test_the_aggregator_runs_its_three_steps_through_the_phase_hook_with_their_costs(digits):

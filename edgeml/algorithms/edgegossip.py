@@ -13,12 +13,18 @@ average of the platforms' models (each platform exposes its replica).
 **EdgeGossip** is GoSGD with three additions:
 
 - *Input data aggregator* (Sec. 3.2, Eq. 1; ``aggregate``), once before training: within each class, a
-  dimensionality reduction (``svd``: truncated randomized SVD, d' = 10; ``isvd``: incremental SVD, d' =
-  log2(0.1 d / ratio) as in Sec. 4.3; ``hash``: feature hashing, d' = 10), then a similarity-preserving
+  dimensionality reduction (``svd``: each point's 10 largest singular values, d' = 10; ``isvd``: incremental
+  SVD, d' = log2(0.1 d / ratio) as in Sec. 4.3; ``hash``: feature hashing, d' = 10), then a similarity-preserving
   division into N_c / ratio subsets (``kmeans``: K-means, 20 iterations; ``lsh``: E2LSH random projections,
   floor((a.x + b) / w) on d' projections, the width w searched so the non-empty buckets number N_c / ratio);
   each subset becomes one aggregated point, the mean of its original points (Eq. 1). The combinations of
-  the paper: ``svd_kmeans``, ``isvd_lsh``, ``hash_kmeans``.
+  the paper: ``svd_kmeans``, ``isvd_lsh``, ``hash_kmeans``. Which SVD is a reading (``edgegossip.svd``): Sec. 3.2
+  names "SVD based on single data points or the entire dataset" and drops "SVD (based on the entire dataset)
+  + LSH" as ten times slower, and Table 3 costs the kept SVD O(N d^{3/2}), the cost of decomposing every point
+  as a sqrt(d) x sqrt(d) matrix, so the default ``point`` decomposes each point (an image's channels stacked
+  as rows: H C x W) and keeps its 10 largest singular values; ``dataset`` is a truncated randomized SVD of the
+  class's points (their projections on its 10 leading singular vectors). The incremental SVD is scikit-learn's
+  ``IncrementalPCA`` (the paper's [40] is Gorrell's Hebbian algorithm, 20 iterations on 1% of the values).
 - *Performance predictor* (Sec. 3.3, ``Predictor``): a regression RG(U) of the slowdown from the co-running
   load U = (cpu, net, disk) (``node.load()``), fitted on the platform's own samples (load over a window of
   ``sample_steps`` steps, measured time per data point); the predicted time per point is t0 x RG(U) with t0
@@ -121,6 +127,10 @@ class EdgeGossipConfig(GoSGDConfig):
     """Share of failed platforms beyond which their data move to the live ones (Algorithm 1 line 10: 10%)."""
     sample_steps: int = 8
     """The predictor takes one sample (load, time per point) every this many training steps."""
+    svd: Literal["point", "dataset"] = "point"
+    """The SVD of ``svd_kmeans``: ``point``, each point's 10 largest singular values (Table 3's O(N d^{3/2}): every
+    point decomposed as a matrix); ``dataset``, a truncated SVD of the class's points (the variant Sec. 3.2
+    found ten times slower with LSH)."""
     order: Literal["shuffled", "rank"] = "shuffled"
     """Which order the subsets Algorithm 2 keeps are trained in: ``rank``, Algorithm 2 as written (iterations
     over whole subsets in descending loss, so a batch holds one or two classes: on Fashion-MNIST with LeNet-5
@@ -197,16 +207,31 @@ Phase = Callable[[str, Callable[[], Any], float], Any]
 ``ops`` multiply-adds and returns ``fn()``; a platform charges it to its clock."""
 
 
-def reduced_dim(how: str, d: int, ratio: float) -> int:
-    """d' of a reduction of d features: 10 for SVD and hashing, log2(0.1 d / ratio) for incremental SVD
-    (Sec. 4.3), at least 1 and below d."""
+def point_matrix(d: int, shape: Sequence[int] | None = None) -> tuple[int, int]:
+    """The matrix a point of d features is decomposed as by the per-point SVD: an image of ``shape`` (C, H, W)
+    as its channels stacked into (C H) x W; other features as the most nearly square r x (d / r)."""
+    if shape is not None and len(shape) >= 2 and math.prod(shape) == d:
+        return d // shape[-1], shape[-1]
+    r = max(k for k in range(1, math.isqrt(d) + 1) if d % k == 0)
+    return d // r, r
+
+
+def reduced_dim(how: str, d: int, ratio: float, shape: Sequence[int] | None = None, svd: str = "point") -> int:
+    """d' of a reduction of d features: 10 for SVD (at most the singular values a point has, per point) and
+    hashing, log2(0.1 d / ratio) for incremental SVD (Sec. 4.3), at least 1 and below d."""
+    if how == "svd" and svd == "point":
+        return max(1, min(FIXED_DIM, *point_matrix(d, shape)))
     k = FIXED_DIM if how in ("svd", "hash") else round(math.log2(max(1.0, 0.1 * d / ratio)))
     return max(1, min(k, d - 1)) if d > 1 else 1
 
 
-def reduce(x: np.ndarray, how: str, k: int, seed: int) -> np.ndarray:
-    """The points ``x`` (n x d) in k dimensions: truncated SVD, incremental SVD or feature hashing."""
+def reduce(x: np.ndarray, how: str, k: int, seed: int, matrix: tuple[int, int] | None = None) -> np.ndarray:
+    """The points ``x`` (n x d) in k dimensions: each point's k largest singular values (``svd`` with ``matrix``,
+    the rows x columns each point is decomposed as), a truncated SVD of the points (``svd`` without),
+    incremental SVD or feature hashing."""
     n, d = x.shape
+    if how == "svd" and matrix is not None:
+        return np.linalg.svd(x.reshape(n, *matrix), compute_uv=False)[:, :k].astype(np.float32, copy=False)
     if how == "hash":
         from sklearn.feature_extraction import FeatureHasher
 
@@ -268,13 +293,18 @@ def lsh(z: np.ndarray, m: int, rng: np.random.Generator) -> np.ndarray:
     return best
 
 
-def phase_ops(name: str, how: str, n: int, d: int, k: int, m: int) -> float:
+def phase_ops(name: str, how: str, n: int, d: int, k: int, m: int, matrix: tuple[int, int] | None = None) -> float:
     """Multiply-adds of one aggregator step on n points of d features (k = d', m subsets), after Table 3 and the
-    algorithms used: randomized SVD 2 (iterations + 1) products of X with a d x (k + oversamples) matrix;
+    algorithms used: per-point SVD (``matrix`` = r x c) the bidiagonalization of each point, 4 r c min(r, c)
+    (Table 3's O(N d^{3/2}) for a square point); randomized SVD 2 (iterations + 1) products of X with a
+    d x (k + oversamples) matrix;
     incremental SVD one SVD of a (B + k) x d matrix per batch of B = min(256, n) (4 n d (B + k)^2 / B);
     hashing n d; K-means 20 iterations of n m k; LSH n k^2 for the projections and n k log2 n per bisection
     step; Eq. 1 n d."""
     if name == "reduce":
+        if how == "svd" and matrix is not None:
+            r, c = matrix
+            return 4.0 * n * r * c * min(r, c)
         if how == "svd":
             return 2.0 * (SVD_ITERS + 1) * n * d * min(k + SVD_OVERSAMPLES, n, d)
         if how == "isvd":
@@ -289,19 +319,22 @@ def phase_ops(name: str, how: str, n: int, d: int, k: int, m: int) -> float:
 
 
 def aggregate(x: np.ndarray, y: np.ndarray, method: str, ratio: float, seed: int = 0,
-              phase: Phase | None = None) -> Aggregated:
+              phase: Phase | None = None, shape: Sequence[int] | None = None, svd: str = "point") -> Aggregated:
     """Eq. 1 within each class: reduce, divide into about n_c / ratio subsets, one mean point per subset.
 
-    ``x``: n x d features (flattened), ``y``: n labels. ``phase`` runs each of the three steps (over all
-    classes), e.g. charging its cost; by default it just runs them."""
+    ``x``: n x d features (flattened; ``shape``, a point's shape before flattening, such as (1, 28, 28)),
+    ``y``: n labels. ``svd``: ``point`` or ``dataset`` (``EdgeGossipConfig.svd``). ``phase`` runs each of the
+    three steps (over all classes), e.g. charging its cost; by default it just runs them."""
     reduce_how, divide_how = METHODS[method]
     phase = phase or (lambda name, fn, ops: fn())
     n, d = x.shape
-    k = reduced_dim(reduce_how, d, ratio)
+    k = reduced_dim(reduce_how, d, ratio, shape, svd)
+    matrix = point_matrix(d, shape) if reduce_how == "svd" and svd == "point" else None
     classes = [np.flatnonzero(y == c) for c in np.unique(y)]
     subsets = [max(1, round(len(idx) / ratio)) for idx in classes]
-    reduced = phase("reduce", lambda: [reduce(x[idx], reduce_how, k, seed) for idx in classes],
-                    sum(phase_ops("reduce", reduce_how, len(idx), d, k, m) for idx, m in zip(classes, subsets)))
+    reduced = phase("reduce", lambda: [reduce(x[idx], reduce_how, k, seed, matrix) for idx in classes],
+                    sum(phase_ops("reduce", reduce_how, len(idx), d, k, m, matrix)
+                        for idx, m in zip(classes, subsets)))
     parts = phase("divide", lambda: [divide(z, divide_how, m, seed) for z, m in zip(reduced, subsets)],
                   sum(phase_ops("divide", divide_how, len(idx), d, k, m) for idx, m in zip(classes, subsets)))
 
@@ -610,7 +643,8 @@ class EdgePlatform(Platform):
 
         x = self.data.x_train[index].reshape(len(index), -1).numpy()
         agg = aggregate(x, self.data.y_train[index].numpy(), self.cfg.method, self.cfg.ratio,
-                        seed=node.cfg.run.seed * 1009 + node.index, phase=phase)
+                        seed=node.cfg.run.seed * 1009 + node.index, phase=phase, shape=self.data.input_shape,
+                        svd=self.cfg.svd)
         if log:
             for name, s in times.items():
                 node.log("decisions", name=f"{name}_s", value=s)
