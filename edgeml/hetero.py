@@ -11,7 +11,8 @@ papers put them in a datacenter. A sender's uplink transmits one message at a ti
 queue there); a slower downlink at the receiver lengthens that message's flight only.
 
 Named profiles (``cluster.hetero``):
-- ``homogeneous``; explicit step-time ratios ``1:1:3`` (adsp.txt Sec. 2.3, one entry per worker);
+- ``homogeneous``; explicit step-time ratios ``1:1:3`` (adsp.txt Sec. 2.3, one entry per worker; ``r*k`` repeats a
+  ratio for k workers: ``1*60:19*80:199*60``);
 - ``H=3.2``: heterogeneity degree H = mean(v)/min(v) of speeds v (adsp.txt Sec. 5.2). Speeds are spread
   evenly over [1, 2H - 1], whose mean is H (the paper does not say how it spread them);
 - ``ec2``: ADSP's 18-worker EC2 mix (7 t2.large, 5 t2.xlarge, 4 t2.2xlarge, 2 t3.xlarge; adsp.txt Sec. 5.1),
@@ -32,7 +33,7 @@ from edgeml.errors import UserError
 
 PROFILES = {
     "homogeneous": "all workers equally fast",
-    "A:B:C": "explicit step-time ratios, one per worker (e.g. 1:1:3)",
+    "A:B:C": "explicit step-time ratios, one per worker (e.g. 1:1:3; r*k repeats r for k workers: 1*6:3*2)",
     "H=x": "heterogeneity degree H = mean(speed)/min(speed), speeds spread evenly (adsp.txt Sec. 5.2)",
     "ec2": "ADSP's EC2 mix: 7 t2.large, 5 t2.xlarge, 4 t2.2xlarge, 2 t3.xlarge per 18 workers",
     "adacomp-3class": "30% fast, 40% 10x slower, 30% 100x slower (adacomp.txt)",
@@ -58,19 +59,27 @@ def speeds(profile: str, n: int) -> list[float]:
     p = profile.strip().lower()
     if p in ("homogeneous", "homo", ""):
         return [1.0] * n
-    if ":" in p:
-        try:
-            times = [float(x) for x in p.split(":")]
-        except ValueError:
-            raise UserError(f"cluster.hetero = {profile!r}: ratios must be numbers like 1:1:3") from None
-        bad = [t for t in times if not (math.isfinite(t) and t > 0)]
+    if ":" in p or "*" in p:
+        items = []
+        for item in p.split(":"):
+            ratio, star, count = item.partition("*")
+            try:
+                items.append((float(ratio), int(count) if star else 1))
+            except ValueError:
+                raise UserError(f"cluster.hetero = {profile!r}: ratios must be numbers like 1:1:3, each optionally "
+                                f"repeated as ratio*count like 1*60:19*80") from None
+        bad = [t for t, _ in items if not (math.isfinite(t) and t > 0)]
         if bad:
             raise UserError(f"cluster.hetero = {profile!r} has the step-time ratio {bad[0]:g}: every ratio must be "
                             f"a finite number > 0, like 1:1:3")
-        if len(times) != n:
-            raise UserError(f"cluster.hetero = {profile!r} gives {len(times)} step-time ratios but there are {n} "
-                            f"workers: give one ratio per worker (or --workers {len(times)})")
-        return [1.0 / t for t in times]
+        if any(k < 1 for _, k in items):
+            raise UserError(f"cluster.hetero = {profile!r} repeats a ratio {min(k for _, k in items)} times: a count "
+                            f"after '*' is a whole number >= 1, like 1*60:19*80")
+        total = sum(k for _, k in items)
+        if total != n:
+            raise UserError(f"cluster.hetero = {profile!r} gives {total} step-time ratios but there are {n} "
+                            f"workers: give one ratio per worker (or --workers {total})")
+        return [1.0 / t for t, k in items for _ in range(k)]
     m = re.fullmatch(r"h\s*=\s*(.*)", p)
     if m:
         try:

@@ -28,7 +28,10 @@ MODELS: dict[str, str] = {
     "l2svm": "linear multi-class L2-SVM: one linear layer, squared multi-class hinge loss (smooth, so gradient "
              "methods settle on the optimum: SNAP's simulations)",
     "mlp": "one hidden layer of 30 ReLU units (the 784-30-10 MLP of the SNAP paper)",
-    "adacomp-cnn": "2 conv + 2 max-pool + dense 128 CNN of the AdaComp paper (~0.2M parameters on MNIST)",
+    "mlp-128-64": "two hidden layers of 128 and 64 ReLU units (the MNIST MLP of Shokri and Shmatikov's selective "
+                  "SGD, AdaComp's Table II model)",
+    "adacomp-cnn": "conv 32, pool, conv 32, pool (3x3, same padding), dense 128: the AdaComp paper's CNN (211,690 "
+                   "parameters on MNIST, as the paper counts)",
     "lenet5": "LeNet-5 with ReLU: conv 6, pool, conv 16, pool, fc 120-84",
     "cifar-cnn": "TensorFlow-tutorial CIFAR-10 CNN of the ADSP paper: 2 conv 64 + LRN, fc 384-192",
     "resnet18": "ResNet-18 with a 3x3 stride-1 stem and no max-pool, for small images",
@@ -37,7 +40,7 @@ MODELS: dict[str, str] = {
                     "at width 1)",
     "squeezenet": "SqueezeNet 1.1 for small images: 3x3 stride-1 stem (~0.72M parameters)",
 }
-_FLAT_MODELS = ("logreg", "svm", "l2svm", "mlp")
+_FLAT_MODELS = ("logreg", "svm", "l2svm", "mlp", "mlp-128-64")
 
 
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *, width: float = 1.0) -> nn.Module:
@@ -56,6 +59,9 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *, wi
         features = math.prod(shape)
         if name == "mlp":
             return nn.Sequential(nn.Flatten(), nn.Linear(features, 30), nn.ReLU(), nn.Linear(30, num_classes))
+        if name == "mlp-128-64":
+            return nn.Sequential(nn.Flatten(), nn.Linear(features, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU(),
+                                 nn.Linear(64, num_classes))
         return nn.Sequential(nn.Flatten(), nn.Linear(features, num_classes))
     if len(shape) != 3:
         raise UserError(
@@ -111,11 +117,12 @@ def _with_head(name: str, features: nn.Sequential, shape: tuple[int, int, int], 
 
 
 def _adacomp_cnn(shape: tuple[int, int, int], num_classes: int) -> nn.Module:
-    # Two pooling stages keep the dense layer near the paper's ~0.2M parameters; pad tiny images to keep a map.
-    pad = 1 if min(shape[1:]) < 16 else 0
+    # adacomp.txt Sec. V-A: "two convolutional layers and two full-connected layers (211,690 parameters)", from
+    # Keras's MNIST examples. The paper gives no layer sizes; 32 and 32 3x3 filters with same padding, each followed
+    # by 2x2 max-pooling, then dense 128, give exactly 211,690 parameters on 28x28x1 (320 + 9,248 + 200,832 + 1,290).
     features = nn.Sequential(
-        nn.Conv2d(shape[0], 32, 3, padding=pad), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3, padding=pad), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(shape[0], 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
     )  # fmt: skip
     return _with_head("adacomp-cnn", features, shape, [128], num_classes)
 

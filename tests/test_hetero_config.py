@@ -20,6 +20,7 @@ except ImportError:  # tests/ itself on the path
 def test_named_profiles():
     assert speeds("homogeneous", 3) == [1.0, 1.0, 1.0]
     assert speeds("1:1:3", 3) == pytest.approx([1.0, 1.0, 1 / 3])
+    assert speeds("1*2:3", 3) == speeds("1:1:3", 3) and speeds("2*3", 3) == pytest.approx([0.5] * 3)
     for h in (1.0, 2.0, 3.2):
         assert heterogeneity_degree(speeds(f"H={h}", 18)) == pytest.approx(h)
     ec2 = speeds("ec2", 18)
@@ -38,6 +39,9 @@ def test_named_profiles():
     ("1:0:1", "step-time ratio 0:"), ("1:inf:1", "step-time ratio inf:"), ("1:nan:1", "step-time ratio nan:"),
     ("1:-2:1", "step-time ratio -2:"), ("H=0.5", "H must be"), ("H=inf", "H must be"), ("H=nan", "H must be"),
     ("H=1.2.3", "H must be"), ("x", "unknown heterogeneity profile"), ("1:a:2", "ratios must be numbers"),
+    ("1*2:3*2", "gives 4 step-time ratios but there are 3 workers"), ("1*0:1*3", "a count after '*'"),
+    ("1*-1:1*4", "a count after '*'"), ("1*1.5:2", "ratios must be numbers"), ("1*:2*2", "ratios must be numbers"),
+    ("inf*3", "step-time ratio inf"), ("1*99999999999", "gives 99999999999 step-time ratios"),
 ])
 def test_bad_profiles(bad, message):
     with pytest.raises(UserError) as err:

@@ -43,8 +43,12 @@ def test_cnn_rejects_tabular(name: str) -> None:
     assert all(flat in str(err.value) for flat in FLAT)
 
 
-def test_adacomp_cnn_size() -> None:
-    assert 150_000 <= _params(build_model("adacomp-cnn", (1, 28, 28), 10)) <= 300_000
+def test_adacomp_cnn_has_the_papers_parameter_count() -> None:
+    assert _params(build_model("adacomp-cnn", (1, 28, 28), 10)) == 211_690  # adacomp.txt Sec. V-A
+
+
+def test_the_selective_sgd_mlp() -> None:
+    assert _params(build_model("mlp-128-64", (1, 28, 28), 10)) == 784 * 128 + 128 + 128 * 64 + 64 + 64 * 10 + 10
 
 
 def test_mlp_size() -> None:

@@ -48,7 +48,7 @@ Choices where the paper is open:
 
 Bookkeeping for Eq. 3 (``TouchHistory``). With ``count[k]`` the number of updates that touched k so far,
 sigma_k(j) = count_k(now) - count_k(j), so the PS needs count(j) for every outstanding pull j (one per worker).
-A copy of ``count`` per worker costs 4PW bytes (180 MB for the paper's CNN and 200 workers), a list of the
+A copy of ``count`` per worker costs 4PW bytes (170 MB for the paper's CNN and 200 workers), a list of the
 touched indices of every update since the oldest pull 4Kd bytes for a window of d updates (unbounded once a
 worker crashes). Instead, versions are cut into segments of E = ceil(P / K) updates; a segment holds
 ``count`` at its first version (a checkpoint, 4P bytes) and the touched indices of its updates (at most
@@ -62,7 +62,7 @@ is then at most
 W workers, d = the updates since the oldest outstanding pull: the running count, the open segment (2 units)
 and at most 2 units per closed segment that holds a pull, 1 when its pulls share a version. So M never
 exceeds the per-worker copies by more than 3 vectors, and stays near 8Kd (twice the index list) while the
-window is short: at c = 0.01, d = 400 and the paper's CNN (P = 225,034, K = 2,245, E = 101) M is about 10 MB.
+window is short: at c = 0.01, d = 400 and the paper's CNN (P = 211,690, K = 2,117, E = 100) M is about 9.4 MB.
 A push costs O(P) at the PS (one bincount over at most E logs), as much as the model it sends back.
 
 Time series: ``staleness`` (kit: one row per update, the global staleness); ``staleness_hist`` every
