@@ -12,50 +12,61 @@ as j last received them), and D = sum_j w_ij d_j (rows of W sum to 1):
 
 which is Eq. (8) exactly when every value is received (``peer_step``, tested against the matrix form
 ``extra``). Taking the disagreement between *published* values (what each side of a link holds of the other)
-makes it antisymmetric over a link, so unsent changes and lost messages never move the peers' average:
-only the consensus lags (the APE of Sec. IV-C). Gradients are over the peer's whole shard, its f_i of Eq. (1)
+makes it antisymmetric over a link, so unsent changes never move the peers' average: only the consensus
+lags (the APE of Sec. IV-C). A frame that arrives after the next tick, or is lost on a link that was up at the
+tick, breaks that symmetry for the rounds it is missing (its sender already counts its values as held, and a
+lost frame is not sent again: later frames carry only later changes), and EXTRA's accumulated disagreement
+term keeps the shift, so the peers agree on a slightly moved point. This is the paper's own rule for
+stragglers (Sec. IV-D: a neighbour's latest values); the simulations (no latency, links down for whole runs)
+never meet it, a loaded procs run can. Gradients are over the peer's whole shard, its f_i of Eq. (1)
 (``full_batch``), or one mini-batch.
 
-**Round clock** (Sec. II-B, IV-D: a global clock and a timer, as RIP). Round k starts at k x ``round_s``: a
-peer computes its update, sends its frames, then collects what arrives until the next tick; a neighbour whose
-message has not arrived (a straggler, a congested link) counts with its latest values. A peer that overruns
-a round starts its next one at the following tick. A link that is down at a round's tick (``network.
-failed_links``) is out of that round at both ends (its d_j is 0, nothing is sent on it): both ends see the
-same link state, so the average still holds; when the link is back, the next frame carries every change since
-the last one that got through.
+**Round clock** (Sec. II-B, IV-D: a global clock and a timer, as RIP). Round k starts at k x ``round_s``: a peer
+computes its update, sends its frames, then collects what arrives until the next tick; a neighbour whose message has
+not arrived (a straggler, a congested link) counts with its latest values. A peer that overruns a round starts its
+next one at once, at the last tick that has passed (the ticks it missed are skipped). A link that is down at a
+round's tick (``network.failed_links``) is out of that round at both ends (its d_j is 0, nothing is sent on it):
+both ends see the same link state, so the average still holds; when the link is back, the next frame carries every
+change since the last one that got through.
 
 **Weight matrix** (Sec. IV-B), computed once at set-up from the whole graph (the neighbour sets are known in
 advance): Eq. (24), or the optimized W: problems (23) (minimize lambda_max(W) + the second-largest
-eigenvalue; lambda_max(W) = 1, so this is (21)) and (22) (maximize lambda_min(W)), convex (Theorem 3), solved
+eigenvalue; lambda_max(W) = 1, so this is (21)) and (22) (maximize lambda_min(W)), convex (Theorem 3), each
+with the other eigenvalue held at least as good as at Eq. (24)'s W (our addition: alone, (22) returns W = I,
+which never mixes, and (23) drives the smallest eigenvalue to -1, where EXTRA's step condition fails), solved
 with cvxpy's bundled conic solver (CLARABEL, SCS as the fallback), keeping the one with the better
 ``rate_score``; weights below ``prune`` drop their edge (Sec. IV-D, neighbour planning). The solver's own
 time is the set-up time, logged in the ``weights`` series with both matrices' eigenvalues; it is not
 training time (the round clock starts after it).
 
-**Selective exchange** (Sec. IV-C, Algorithm 1), run by each peer by itself (``APESchedule``): the APE
-threshold T starts at ``threshold`` x the mean parameter magnitude of x^0 (Sec. V: 10%); in a stage a
-parameter is sent only when it changed by more than T / sum_{l=1}^{I} (1 + alpha G)^l since last sent
-(``send_bound``; Alg. 1 line 4, I = ``hold`` = 10 iterations), so the bound of Eq. (27), sum_l (1 + alpha G)^l max|Delta x^{k-l}|, stays
-below T for at least I iterations; the peer tracks that bound with its own largest unsent change, and when it
-reaches T the stage ends and T shrinks by 10%, until T falls below ``epsilon`` x T_0, where it stays (a small
-final APE avoids sending the last slight changes). 1 + alpha G is ``growth`` (the paper's example 1.01, alpha =
-1 / (100 G)). Frames (Fig. 3): ``wire.snap_frame``, the smaller of the two structures, with ``value_bytes``
-per value (8, the paper's doubles); a peer keeps, per neighbour, the values that neighbour holds of it.
+**Selective exchange** (Sec. IV-C, Algorithm 1), run by each peer by itself (``APESchedule``): the APE threshold T
+starts at ``threshold`` x the mean parameter magnitude of x^0 (Sec. V: 10%); in a stage a parameter is sent only
+when it changed by more than T / sum_{l=1}^{I} (1 + alpha G)^l since last sent (``send_bound``; Alg. 1 line 4, I =
+``hold`` = 10 iterations), so the bound of Eq. (27), sum_l (1 + alpha G)^l max|Delta x^{k-l}|, stays below T for at
+least I iterations; the peer tracks that bound with its own largest unsent change, and when it reaches T the stage
+ends and T shrinks by 10%, until T falls below ``epsilon`` x T_0, where it stays (a small final APE avoids sending
+the last slight changes). 1 + alpha G is ``growth`` (the paper's example 1.01, alpha = 1 / (100 G)), a setting
+rather than derived from ``lr``: Algorithm 1 takes G, the bound on the Hessian, as an input, and with a larger alpha
+G the bound of Eq. (27) grows so fast (its sum over 10 iterations is about 4,900 at 1 + alpha G = 2.2, against 10.6
+at 1.01) that almost nothing would go unsent; the bound is a worst case, and the experiments keep the paper's 1.01.
+Frames (Fig. 3): ``wire.snap_frame``, the smaller of the two structures, with ``value_bytes`` per value (8, the
+paper's doubles); a peer keeps, per neighbour, the values that neighbour holds of it.
 
-- ``snap``: the above. ``snap0``: threshold 0, every changed parameter is sent (SNAP-0; with
-  ``snap.threshold = 0`` SNAP is SNAP-0 exactly, tested). ``sno``: every parameter every round (Select
-  Neighbour Only: SNAP-0's iterates, all the bytes).
-- ``peer_ps`` (the PS scheme of Sec. V): one peer, drawn with the run's seed, also hosts a parameter server;
-  every other peer sends its gradient there (the runtime routes each message along a shortest path, so its
-  cost is bytes x hops), the host averages the gradients (its own included), takes the step and sends the
-  model back: synchronous, one iteration per model. The existing ``bsp`` is not this scheme: its server is a
-  node of its own beside the workers, not one of the edge servers of the graph.
-- ``terngrad`` (Wen et al. 2017, SNAP's [19]) on the same PS: each layer of a gradient is clipped to
-  ``clip`` standard deviations (2.5; 0: no clipping) and ternarized stochastically, t = s sign(g) b with
-  b ~ Bernoulli(|g| / s) (unbiased), s = the layer's scaler max|g|; with ``share_scalers`` the peers first
-  send their scalers to the host, which returns the largest per layer, so all use the same (TernGrad's scaler
-  sharing; 4L bytes each way). Values travel as ``wire.ternary``, 2 bits each plus 4 bytes per layer; the
-  model comes back in full precision (the paper: TernGrad encodes the worker-to-server direction).
+- ``snap``: the above. ``snap0``: threshold 0, every changed parameter is sent (SNAP-0; with ``snap.threshold = 0``
+  SNAP is SNAP-0 exactly, tested). ``sno``: every parameter every round (Select Neighbour Only: SNAP-0's iterates,
+  all the bytes).
+- ``peer_ps`` (the PS scheme of Sec. V): one peer, drawn with the run's seed, also hosts a parameter server; every
+  other peer sends its gradient there (the runtime routes each message along a shortest path, so its cost is bytes x
+  hops), the host averages the gradients (its own included, with equal weights: the shards are equal), takes the
+  step and sends the model back: synchronous, one iteration per model, no local steps. The existing ``bsp`` is not
+  this scheme: its server is a node of its own beside the workers, not one of the edge servers of the graph.
+- ``terngrad`` (Wen et al. 2017, SNAP's [19]) on the same PS: each layer of a gradient is clipped to ``clip``
+  standard deviations (2.5; 0: no clipping) and ternarized stochastically, t = s sign(g) b with b ~ Bernoulli(|g| /
+  s) (unbiased), s = the layer's scaler max|g|; with ``share_scalers`` the peers first send their scalers to the
+  host, which returns the largest per layer, so all use the same (TernGrad's scaler sharing; 4L bytes each way).
+  Values travel as ``wire.ternary``, 2 bits each plus 4 bytes per layer; the model comes back in full precision (the
+  paper: TernGrad encodes the worker-to-server direction). The host's own gradient never travels, so it enters the
+  average unternarized and unclipped.
 
 Iterations: the ``iterations`` counter (evals.csv) counts rounds of peer 0 (SNAP family) or models made by
 the host (PS schemes). Series ``exchange`` (SNAP family, one row per peer and round): ``iteration``,
