@@ -272,8 +272,8 @@ def reproduce(
     resume: bool = typer.Option(False, "--resume", help="Keep runs already finished in the output folder with the "
                                                          "same configuration; run only the rest."),
     only: Optional[str] = typer.Option(None, help="Run only the runs whose names, or the names of their swept "
-                                                  "entries, match this glob (e.g. 'fig5*', 'fig5-adsp'); keep the "
-                                                  "others that already finished."),
+                                                  "entries, match this glob (e.g. 'fig5*', 'fig5-adsp'; a run's exact "
+                                                  "name is taken literally); keep the others that already finished."),
     force: bool = typer.Option(False, "--force", help="Delete finished runs in the output folder that this would "
                                                       "run again (without it, reproduce refuses)."),
 ) -> None:
