@@ -520,7 +520,6 @@ def _prepare_out(out: Path, work: list[tuple[PlannedRun, Any, bool]], force: boo
         raise UserError(f"{out / 'runs'} holds {len(doomed)} finished run(s) that this would delete and run again "
                         f"({', '.join(doomed[:3])}{', ...' if len(doomed) > 3 else ''}): add --resume to keep those "
                         "with the same configuration, or --force to run them again")
-    shutil.rmtree(out / "figures", ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
 
 
@@ -613,6 +612,8 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
                                    markup=False)
             done.append(p)
         progress.update(task, description=f"{exp.paper}: tables, figures, report")
+        # the old figures go only now: a reproduction stopped while it runs keeps its last report readable
+        shutil.rmtree(out / "figures", ignore_errors=True)
         runs = load_runs([str(out / "runs" / p.dirname) for p in done]) if done else []
         cmp, results, figures = None, [], {}
         if runs:

@@ -283,6 +283,22 @@ def test_only_runs_the_matching_runs_and_keeps_the_rest(tmp_path, toy):
     assert result.exit_code == 2 and "--only 'nothing*' matches no run of toy" in result.output
 
 
+def test_a_reproduction_stopped_while_it_runs_keeps_its_last_report_and_figures(tmp_path, toy, monkeypatch):
+    out = reproduce(toy, quick=True, out=tmp_path / "out", seeds=[0])
+    figures = sorted(p.relative_to(out) for p in (out / "figures").rglob("*.png"))
+    report = (out / "REPORT.md").read_text()
+    assert figures and "![" in report
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("edgeml.runner.run", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        reproduce(toy, quick=True, out=out, seeds=[0], force=True)
+    assert sorted(p.relative_to(out) for p in (out / "figures").rglob("*.png")) == figures
+    assert (out / "REPORT.md").read_text() == report
+
+
 def test_only_takes_a_swept_points_name_literally(toy):
     # "bsp[cluster.hetero=1:3]" as a glob would be "bsp" and one character of the class: it matches neither point
     exp = load_experiment(toy)
