@@ -34,7 +34,8 @@ the verdict rests on the 95% bootstrap interval of their mean (``edgeml.stats``)
   known, and the verdict says "holds (>= x)" or "does not hold (<= x)" only when the bound alone proves it,
   else "inconclusive (>= x)". Both sides censored: inconclusive.
 - **not resolved**: a time-to-target effect smaller than one evaluation interval (the time resolution): the
-  mean paired difference lies within one interval of zero.
+  mean paired difference lies within one interval of zero; a ``difference`` claim whose margin is at least the
+  resolution is decided on its margin instead.
 """
 
 from __future__ import annotations
@@ -309,6 +310,8 @@ def _evaluate_one(claim: Claim, label: str, rows: pd.DataFrame, result: dict, un
     res = float(max(r["resolution"].max(), b["resolution"].max()))
     d_lo, d_hi = pair_effect("difference", r["lo"], r["hi"], b["lo"], b["hi"])
     resolved = not (unit and -res < float(np.mean(d_lo)) and float(np.mean(d_hi)) < res)
+    if claim.kind == "difference" and claim.margin is not None and claim.margin >= res:
+        resolved = True  # a difference below the resolution lies within a margin at least as wide: decide on it
     return Result(**result, measured=_measured(iv, claim, lo_open, hi_open), n=iv.n,
                   resolution=_resolution_text(res, unit), verdict=decide(iv, claim, lo_open, hi_open, resolved))
 

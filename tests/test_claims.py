@@ -136,6 +136,14 @@ def test_an_effect_below_one_evaluation_interval_is_not_resolved():
     assert r.verdict == "holds"  # two intervals apart
 
 
+def test_a_margin_at_least_the_resolution_decides_an_unresolved_difference():
+    # 10 s slower on 20 s evaluations: unresolved as a difference, but within a 30 s margin ("at most a little slower")
+    slower = timed({0: 310.0, 1: 310.0}, {0: 300.0, 1: 300.0})
+    assert verdict(claim("difference", direction="lower"), slower).verdict == "not resolved"
+    assert verdict(claim("difference", direction="lower", margin=30.0), slower).verdict == "holds"
+    assert verdict(claim("difference", direction="lower", margin=5.0), slower).verdict == "not resolved"
+
+
 def test_an_unreached_baseline_gives_a_bound_not_100_percent():
     # the baseline never reached the target in its 1000 s: ADSP's 869 s is 13% less than the budget, no more
     r = verdict(claim(paper=0.8), timed({0: 869.0}, {0: None}))
