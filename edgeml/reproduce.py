@@ -523,13 +523,15 @@ def _prepare_out(out: Path, work: list[tuple[PlannedRun, Any, bool]], force: boo
     out.mkdir(parents=True, exist_ok=True)
 
 
-def _selects(only: str, p: PlannedRun, planned: list[PlannedRun]) -> bool:
-    """Whether ``--only`` picks run ``p``: a run's exact name (a swept point such as ``sim-snap[cluster.workers=
-    100]``, whose brackets a glob would read as a character class) is taken literally; anything else is a glob
-    on the run's name and on its swept entry's name."""
-    if any(only in (q.name, q.spec) for q in planned):
-        return only in (p.name, p.spec)
-    return fnmatch.fnmatchcase(p.name, only) or fnmatch.fnmatchcase(p.spec, only)
+def select(only: str | None, planned: list[PlannedRun]) -> set[str]:
+    """The directory names of the runs ``--only`` picks (every run without it): a run's exact name (a swept point
+    such as ``sim-snap[cluster.workers=100]``, whose brackets a glob would read as a character class) is taken
+    literally; anything else is a glob on the run's name and on its swept entry's name."""
+    if not only:
+        return {p.dirname for p in planned}
+    if any(only in (p.name, p.spec) for p in planned):
+        return {p.dirname for p in planned if only in (p.name, p.spec)}
+    return {p.dirname for p in planned if fnmatch.fnmatchcase(p.name, only) or fnmatch.fnmatchcase(p.spec, only)}
 
 
 def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: list[int] | None = None,
@@ -550,7 +552,7 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
     console = console or wide_console(stderr=True)
     exp = load_experiment(paper)
     planned = plan(exp, quick, seeds, backend)
-    selected = {p.dirname for p in planned if not only or _selects(only, p, planned)}
+    selected = select(only, planned)
     if not selected:
         raise UserError(f"--only {only!r} matches no run of {exp.paper}: choose among "
                         f"{', '.join(dict.fromkeys(p.name for p in planned))}")

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from edgeml import cli
 from edgeml.errors import UserError
 from edgeml.report import load_runs
-from edgeml.reproduce import _selects, load_experiment, plan, reproduce
+from edgeml.reproduce import load_experiment, plan, reproduce, select
 
 EXPERIMENT = """
 [experiment]
@@ -301,14 +301,12 @@ def test_a_reproduction_stopped_while_it_runs_keeps_its_last_report_and_figures(
 
 def test_only_takes_a_swept_points_name_literally(toy):
     # "bsp[cluster.hetero=1:3]" as a glob would be "bsp" and one character of the class: it matches neither point
-    exp = load_experiment(toy)
-    planned = plan(exp, quick=True, seeds=[0])
-    pick = [p.name for p in planned if _selects("bsp[cluster.hetero=1:3]", p, planned)]
-    assert pick == ["bsp[cluster.hetero=1:3]"]
-    assert sorted(p.name for p in planned if _selects("bsp*", p, planned)) == sorted(
-        p.name for p in planned if p.spec == "bsp")
-    glob = [p.name for p in planned if _selects("ssp-tigh?", p, planned)]
-    assert glob == ["ssp-tight"]
+    planned = plan(load_experiment(toy), quick=True, seeds=[0])
+    names = {p.dirname: p.name for p in planned}
+    assert [names[d] for d in select("bsp[cluster.hetero=1:3]", planned)] == ["bsp[cluster.hetero=1:3]"]
+    assert sorted(names[d] for d in select("bsp*", planned)) == sorted(p.name for p in planned if p.spec == "bsp")
+    assert [names[d] for d in select("ssp-tigh?", planned)] == ["ssp-tight"]
+    assert select(None, planned) == set(names)
 
 
 def test_the_shipped_experiments_plan(tmp_path):
