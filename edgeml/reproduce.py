@@ -555,7 +555,8 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
     selected = select(only, planned)
     if not selected:
         raise UserError(f"--only {only!r} matches no run of {exp.paper}: choose among "
-                        f"{', '.join(dict.fromkeys(p.name for p in planned))}")
+                        f"{', '.join(dict.fromkeys(p.spec for p in planned))} (a swept entry's name picks all its "
+                        "points; 'NAME[setting=value]' one of them)")
     out = Path(out) if out else Path("results") / exp.paper / ("quick" if quick else "")
     work = []
     for p in planned:
