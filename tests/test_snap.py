@@ -323,3 +323,19 @@ def test_an_iteration_budget_ends_the_run_with_every_peers_last_frames_sent(tmp_
     assert summary["total_bytes"] == 6 * 4 * 2 * frame
     rows = pd.read_csv(path / "series/exchange.csv")
     assert sorted(rows.groupby("rank").iteration.max()) == [5, 5, 5, 5]
+
+
+def test_a_step_at_the_bound_is_the_fixed_step_lr_times_one_plus_lambda_min(tmp_path):
+    """snap.step = "bound" runs alpha = lr x 2 lambda_min(W~) = lr x (1 + lambda_min(W)): the same run as a fixed
+    step of that size, and the optimized W (larger lambda_min) gets the larger step."""
+    bound = sim_run(tmp_path, "snap0", "snap0.step='bound'", name="bound")
+    weights = pd.read_csv(bound / "series/weights.csv").iloc[0]
+    smallest = weights[f"{weights.chosen}_smallest"]
+    assert -1 < smallest < 1 and weights.alpha == pytest.approx(0.05 * (1 + smallest), rel=1e-12)
+    assert weights.alpha > 0.05 * (1 + weights.eq24_smallest)
+    fixed = sim_run(tmp_path, "snap0", f"snap0.lr={float(weights.alpha)!r}", name="fixed")
+    a, b = (pd.read_csv(p / "evals.csv") for p in (bound, fixed))
+    assert len(a) > 30 and a.equals(b)
+    eq24 = pd.read_csv(sim_run(tmp_path, "snap0", "snap0.step='bound'", "snap0.weights='eq24'", name="eq24")
+                       / "series/weights.csv").iloc[0]
+    assert eq24.alpha == pytest.approx(0.05 * (1 + eq24.eq24_smallest), rel=1e-12)

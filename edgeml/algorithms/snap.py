@@ -37,7 +37,11 @@ which never mixes, and (23) drives the smallest eigenvalue to -1, where EXTRA's 
 with cvxpy's bundled conic solver (CLARABEL, SCS as the fallback), keeping the one with the better
 ``rate_score``; weights below ``prune`` drop their edge (Sec. IV-D, neighbour planning). The solver's own
 time is the set-up time, logged in the ``weights`` series with both matrices' eigenvalues; it is not
-training time (the round clock starts after it).
+training time (the round clock starts after it). EXTRA converges for alpha < 2 mu_g lambda_min(W~) / L_f^2 (Sec. IV-A,
+from Eq. 10), so a W with a larger lambda_min allows a larger step: ``step = "bound"`` takes alpha = ``lr`` x
+2 lambda_min(W~), the same fraction of each W's bound, where the default ``"fixed"`` gives every W the step
+``lr`` (the paper does not say which its Fig. 5 used; at a fixed step well inside both bounds a W can only help
+through mixing).
 
 **Selective exchange** (Sec. IV-C, Algorithm 1), run by each peer by itself (``APESchedule``): the APE threshold T
 starts at ``threshold`` x the mean parameter magnitude of x^0 (Sec. V: 10%); in a stage a parameter is sent only
@@ -378,6 +382,12 @@ class ExchangeConfig(PeerConfig):
     problems' solutions by name, or ``eq24`` (Eq. 24 as it is)."""
     prune: float = 1e-6
     """Weights of the optimized W below this drop their edge (no exchange along it); 0 keeps every edge."""
+    step: Literal["fixed", "bound"] = "fixed"
+    """The step alpha: ``fixed``, alpha = ``lr`` whatever W is; ``bound``, alpha = ``lr`` x 2 lambda_min(W~) =
+    ``lr`` x (1 + lambda_min(W)), the same fraction of each W's step condition alpha < 2 mu_g lambda_min(W~) /
+    L_f^2 (Sec. IV-A, Eq. 10; ``lr`` stands for that fraction of mu_g / L_f^2). The paper does not say which
+    step its Fig. 5 runs take; with ``fixed`` a W can only converge faster through mixing, with ``bound``
+    also through the larger step a larger lambda_min(W) allows, the term problem (22) improves."""
     round_s: float = 0.0
     """Length of a round of the common clock, in seconds. 0 (auto): twice the slowest peer's step plus its
     frames to every neighbour at full size on its links, plus 10 ms for a real transport."""
@@ -514,10 +524,11 @@ def exchange_peer(node: Node, send_all: bool = False) -> None:
     node.expose(x)
     peers, edges = peer_graph(node)
     W, info = _weights(edges, len(peers), cfg.weights, cfg.prune)
+    alpha = cfg.lr * (1.0 + info[info["chosen"]]["smallest"]) if cfg.step == "bound" else cfg.lr
     me = peers.index(node.rank)
     weight = {peers[j]: float(W[me, j]) for j in range(len(peers)) if j != me and W[me, j] != 0}
     if me == 0:
-        node.log("weights", setup_s=info["setup_s"], chosen=info["chosen"], peers=len(peers), links=len(edges),
+        node.log("weights", setup_s=info["setup_s"], chosen=info["chosen"], peers=len(peers), links=len(edges), alpha=alpha,
                  **{f"{name}_{k}": v for name in ("eq24", "problem22", "problem23") if name in info
                     for k, v in info[name].items()})
     n = x.numel()
@@ -541,7 +552,7 @@ def exchange_peer(node: Node, send_all: bool = False) -> None:
         D = torch.zeros_like(x)
         for j in live:
             D.add_(views[j] - held[j], alpha=weight[j])
-        new = peer_step(x, D, g, cfg.lr, prev)
+        new = peer_step(x, D, g, alpha, prev)
         prev = (x.clone(), D, g)
         x.copy_(new)
         bound = 0.0 if send_all else schedule.bound()
