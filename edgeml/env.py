@@ -179,10 +179,11 @@ class Env:
 
     # ---------------------------------------------------------------- network
     def message(self, src: int, dst: int, nbytes: int, t: float,
-                jitter: random.Random | None = None) -> Delivery | None:
+                jitter: random.Random | None = None, detour: bool = False) -> Delivery | None:
         """The cost of an ``nbytes`` message sent at ``t``, or ``None`` when it is lost (a failed link between
-        neighbours, or no path left). ``jitter``: the sender's jitter stream, needed when ``jitter_s`` > 0."""
-        route = self.topology.route(src, dst, t)
+        neighbours, unless ``detour``, or no path left). ``jitter``: the sender's jitter stream, needed when
+        ``jitter_s`` > 0."""
+        route = self.topology.route(src, dst, t, detour)
         if route is None:
             return None
         if self.workloads:

@@ -7,8 +7,9 @@ Routing. A message follows a shortest path by hop count. Ties are broken the way
 node forwards to its lowest-numbered neighbour that is one hop closer to the destination, so a route is the
 lexicographically smallest shortest path and every suffix of a route is itself a route. Messages between
 direct neighbours use their link only: when it is down the message is lost (SNAP's neighbour exchange,
-snap.txt Sec. IV-D: the receiver then uses that neighbour's latest values). Other messages are routed around
-failed links and are lost only when no path is left.
+snap.txt Sec. IV-D: the receiver then uses that neighbour's latest values), unless the sender asks for a detour
+(``detour=True``: traffic that the network routes, such as a parameter server's). Other messages are routed
+around failed links and are lost only when no path is left.
 
 Cost. A message of B bytes on path e_1..e_h takes
 
@@ -161,9 +162,10 @@ class Topology:
         return Topology(self.graph, extra_s=self.extra_s, outages=self.outages + outages)
 
     # ---------------------------------------------------------------- routes and costs
-    def route(self, src: int, dst: int, t: float = 0.0) -> Route | None:
-        """The route of a message sent at time ``t``, or ``None`` when it is lost (see the module docstring)."""
-        return self._route(src, dst, t, detour_neighbours=False)
+    def route(self, src: int, dst: int, t: float = 0.0, detour: bool = False) -> Route | None:
+        """The route of a message sent at time ``t``, or ``None`` when it is lost (see the module docstring);
+        ``detour``: a message between neighbours whose link is down takes the shortest path left."""
+        return self._route(src, dst, t, detour_neighbours=detour)
 
     def message_delay(self, src: int, dst: int, nbytes: int, t: float = 0.0) -> tuple[float, float] | None:
         """(time on the sender's first link, remaining flight time), or ``None`` when the message is lost."""

@@ -339,3 +339,26 @@ def test_a_step_at_the_bound_is_the_fixed_step_lr_times_one_plus_lambda_min(tmp_
     eq24 = pd.read_csv(sim_run(tmp_path, "snap0", "snap0.step='bound'", "snap0.weights='eq24'", name="eq24")
                        / "series/weights.csv").iloc[0]
     assert eq24.alpha == pytest.approx(0.05 * (1 + eq24.eq24_smallest), rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_parameter_server_traffic_detours_around_a_failed_link_between_neighbours(tmp_path, seed):
+    """A ring of 4 with one link down: every gradient and model still arrives (nothing lost, the budget is
+    reached), each along the shortest path left, so a peer whose link to the host is down pays 3 hops."""
+    from edgeml.algorithms.snap import ps_host
+
+    path = sim_run(tmp_path, "peer_ps", "cluster.workers=4", "network.topology='edges'", f"run.seed={seed}",
+                   "network.edges=[[0, 1], [1, 2], [2, 3], [3, 0]]", "network.failed_links=0.25",
+                   "peer_ps.iterations=20")
+    summary = json.loads((path / "summary.json").read_text())
+    assert summary["status"] == "stopped" and summary["messages_lost"] == 0
+    assert pd.read_csv(path / "evals.csv").iterations.iloc[-1] == 20
+    host = ps_host(seed, [1, 2, 3, 4])
+    grads = pd.read_csv(path / "messages.csv").query("tag == 'grad'").set_index("rank")
+    hops = {r: row.byte_hops // row.bytes_sent for r, row in grads.iterrows()}
+    assert all(row.byte_hops % row.bytes_sent == 0 for _, row in grads.iterrows())
+    ring = nx.cycle_graph([1, 2, 3, 4])
+    cuts = [e for e in ring.edges if {r: nx.shortest_path_length(nx.restricted_view(ring, [], [e]), r, host)
+                                      for r in hops} == hops]
+    assert len(cuts) >= 1  # the hops are those of the ring without one of its links
+    assert sum(hops.values()) == (6 if host in cuts[0] else 4)  # 1 + 2 + 3 around the cut, else 1 + 1 + 2

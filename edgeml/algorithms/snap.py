@@ -62,8 +62,10 @@ paper's doubles); a peer keeps, per neighbour, the values that neighbour holds o
 - ``peer_ps`` (the PS scheme of Sec. V): one peer, drawn with the run's seed, also hosts a parameter server; every
   other peer sends its gradient there (the runtime routes each message along a shortest path, so its cost is bytes x
   hops), the host averages the gradients (its own included, with equal weights: the shards are equal), takes the
-  step and sends the model back: synchronous, one iteration per model, no local steps. The existing ``bsp`` is not
-  this scheme: its server is a node of its own beside the workers, not one of the edge servers of the graph.
+  step and sends the model back: synchronous, one iteration per model, no local steps. Its messages are routed
+  traffic: one between neighbours whose link is down takes the shortest path left (``detour``), as the rest do.
+  The existing ``bsp`` is not this scheme: its server is a node of its own beside the workers, not one of the
+  edge servers of the graph.
 - ``terngrad`` (Wen et al. 2017, SNAP's [19]) on the same PS: each layer of a gradient is clipped to ``clip``
   standard deviations (2.5; 0: no clipping) and ternarized stochastically, t = s sign(g) b with b ~ Bernoulli(|g| /
   s) (unbiased), s = the layer's scaler max|g|; with ``share_scalers`` the peers first send their scalers to the
@@ -616,7 +618,7 @@ def ps_peer(node: Node, ternary: bool = False) -> None:
                 _, own = terngrad_scalers(trainer.grad, spans, cfg.clip)
                 shared = torch.stack([own, *(node.recv(r, "scalers")["scalers"] for r in others)]).amax(0)
                 for r in others:
-                    node.send(r, "shared", scalers=shared)
+                    node.send(r, "shared", detour=True, scalers=shared)
             total = trainer.grad.clone().double()
             for r in others:
                 data = node.recv(r, "grad").data
@@ -626,18 +628,18 @@ def ps_peer(node: Node, ternary: bool = False) -> None:
             node.count("iterations")
             iteration += 1
             for r in others:
-                node.send(r, "model", params=trainer.params.to(dtype))
+                node.send(r, "model", detour=True, params=trainer.params.to(dtype))
             if iteration == cfg.iterations:  # after the round's last messages
                 node.stop_run(f"{iteration} iterations done")
         else:
             if ternary:
                 clipped, scalers = terngrad_scalers(trainer.grad, spans, cfg.clip)
                 if cfg.share_scalers:
-                    node.send(host, "scalers", scalers=scalers)
+                    node.send(host, "scalers", detour=True, scalers=scalers)
                     scalers = node.recv(host, "shared")["scalers"]
-                node.push(host, "grad", **wire.ternary(ternarize(clipped, scalers, spans, node.gen), scalers, spans))
+                node.push(host, "grad", detour=True, **wire.ternary(ternarize(clipped, scalers, spans, node.gen), scalers, spans))
             else:
-                node.push(host, "grad", grad=trainer.grad.to(dtype))
+                node.push(host, "grad", detour=True, grad=trainer.grad.to(dtype))
             trainer.params.copy_(node.recv(host, "model")["params"])
 
 

@@ -401,11 +401,14 @@ class Node:
         return self.env.step_time(self.rank, self.now(), work)
 
     # ------------------------------------------------------------------ messages
-    def send(self, dst: int, tag: str, **data: Any) -> int:
-        """Send ``data`` to node ``dst``; returns the message's wire size in bytes."""
-        return self._send(dst, tag, data, failure_point=False)
+    def send(self, dst: int, tag: str, *, detour: bool = False, **data: Any) -> int:
+        """Send ``data`` to node ``dst``; returns the message's wire size in bytes. ``detour``: a message to a
+        neighbour whose link is down takes the shortest path left instead of being lost (see
+        ``edgeml.topology``; traffic the network routes, as to a parameter server). ``detour`` is therefore not
+        a data field name."""
+        return self._send(dst, tag, data, failure_point=False, detour=detour)
 
-    def push(self, dst: int, tag: str, **data: Any) -> int:
+    def push(self, dst: int, tag: str, *, detour: bool = False, **data: Any) -> int:
         """``send``, marked as a failure point: with ``cluster.crash_prob`` p, a worker fails right after it
         (the papers' "fails after a push"). Queries, replies and control messages use ``send``. It first waits
         the environment's random wait (``cluster.random_wait_s``; adacomp.txt Sec. IV-A), counted as waiting."""
@@ -416,15 +419,15 @@ class Node:
                 self.sleep(wait)
             finally:
                 self.counters.wait_s += self.now() - t0
-        return self._send(dst, tag, data, failure_point=True)
+        return self._send(dst, tag, data, failure_point=True, detour=detour)
 
-    def _send(self, dst: int, tag: str, data: dict[str, Any], failure_point: bool) -> int:
+    def _send(self, dst: int, tag: str, data: dict[str, Any], failure_point: bool, detour: bool = False) -> int:
         self._check()
         nbytes = payload_nbytes(data)
         p = self.job.cluster.crash_prob
         fails = failure_point and p > 0 and self.is_worker and self._crash_rng.random() < p
         t = self.now()
-        route = self.env.message(self.rank, dst, nbytes, t, self._jitter)
+        route = self.env.message(self.rank, dst, nbytes, t, self._jitter, detour)
         delivered, byte_hops = False, 0
         if route is not None:  # None: a failed link or no path left, the message is lost on the way
             start = max(t, self.up_busy)  # the uplink sends one message at a time, lost or not
