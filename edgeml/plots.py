@@ -294,6 +294,20 @@ def against(df: pd.DataFrame, x: str, ys: list[str], labels: dict[str, str], con
     placed = df[~df["method"].isin(reference)]
     numeric = pd.to_numeric(placed[x], errors="coerce").notna().all()
     xs_all = pd.to_numeric(placed[x], errors="coerce") if numeric else None
+    values = np.unique(xs_all.to_numpy(float)) if numeric else np.arange(len(_order(placed, "point")), dtype=float)
+    logx = bool(numeric and values.min() > 0 and values.max() / values.min() >= 8)
+    # at a swept setting's values, methods side by side (dodged by up to a quarter of the gap between values),
+    # so that methods with equal results do not hide each other; a measured x stays where it was measured
+    drawn = [m for m in st.methods if m not in reference]
+    at_values = not numeric or (len(values) <= 10 and any(f"{x}=" in str(p) for p in placed["point"]))
+    gaps = np.diff(np.log2(values) if logx else values)
+    gap = float(gaps.min()) if len(gaps) else 1.0
+    dodge = {m: ((i / (len(drawn) - 1) - 0.5) * 0.25 * gap if at_values and len(drawn) > 1 else 0.0)
+             for i, m in enumerate(drawn)}
+
+    def shifted(v: float, method: str) -> float:
+        return v * 2 ** dodge[method] if logx else v + dodge[method]
+
     for ax, y in zip(axes, ys):
         for method in st.methods:
             d = df[(df["method"] == method) & df[y].notna()]
@@ -312,6 +326,8 @@ def against(df: pd.DataFrame, x: str, ys: list[str], labels: dict[str, str], con
                 yv = g[y].to_numpy(float)
                 censored = bool(g.get(f"{y}_censored", pd.Series(False, index=g.index)).any())
                 xm, xl, xh = bootstrap_ci(xv)
+                if xh == xl:
+                    xm = xl = xh = shifted(xm, method)
                 ym, yl, yh = bootstrap_ci(yv)
                 pts.append((xm, ym))
                 ax.errorbar(xm, ym, yerr=None if censored else _spans(ym, yl, yh),
@@ -324,11 +340,10 @@ def against(df: pd.DataFrame, x: str, ys: list[str], labels: dict[str, str], con
             if pts:
                 px, py = zip(*sorted(pts))
                 ax.plot(px, py, color=st.colour[method], lw=1.3, alpha=0.8)
-        if numeric and xs_all.min() > 0 and xs_all.max() / xs_all.min() >= 8:
+        if logx:
             ax.set_xscale("log", base=2)
         if numeric:
-            values = np.unique(xs_all.to_numpy(float))
-            if len(values) <= 10 and any(f"{x}=" in str(p) for p in placed["point"]):  # a swept setting: a tick per value
+            if at_values:  # a swept setting: a tick per value
                 ax.set_xticks(values)
                 ax.xaxis.set_minor_locator(NullLocator())
             ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))

@@ -135,6 +135,19 @@ def test_against_draws_an_unswept_reference_as_a_level():
     assert [t.get_text() for t in ax.texts] == ["centralized (not swept)"]
 
 
+def test_against_sets_methods_with_equal_results_side_by_side():
+    # SNAP-0 and SNO make the same iterates: their points must not hide each other at a swept setting's values
+    rows = [{"method": m, "point": f"network.degree={d}", "seed": s, "network.degree": d, "iterations": 400.0}
+            for m in ("snap0", "sno", "snap") for d in (2, 3, 5) for s in (0, 1)]
+    ax = plots.against(pd.DataFrame(rows), "network.degree", ["iterations"], {}).axes[0]
+    xs = [list(line.get_xdata()) for line in data_lines(ax)]
+    assert len(xs) == 3 and xs[0] != xs[1] != xs[2]
+    for x in xs:  # each within a quarter of the smallest gap (1) of its true value
+        assert all(abs(v - d) <= 0.125 + 1e-12 for v, d in zip(x, (2, 3, 5)))
+    assert xs[1] == [2.0, 3.0, 5.0]  # the middle method stays on the value
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["2", "3", "5"]
+
+
 def test_breakdown_throughput_staleness_decisions_axes():
     nodes = pd.DataFrame({"run": ["bsp"] * 2 + ["asp"] * 2, "worker": ["0\n×1", "1\n×3"] * 2, "index": [0, 1] * 2,
                           "computation": [33.0, 100.0, 100.0, 100.0], "communication": [0.0] * 4,
