@@ -280,10 +280,25 @@ def bars(reach: pd.DataFrame, target: str, context: str = "") -> Figure:
     return fig
 
 
+def _split_by_other_keys(df: pd.DataFrame, x: str) -> pd.DataFrame:
+    """``df`` with ``method`` renamed "method (k=v, ...)" where a method's points differ in keys other than x."""
+    if df.empty or "point" not in df:
+        return df
+    rest = df["point"].astype(str).map(lambda p: ", ".join(kv for kv in p.split(",")
+                                                           if kv and not kv.startswith(f"{x}=")))
+    several = rest.groupby(df["method"]).transform("nunique") > 1
+    out = df.copy()
+    out.loc[several, "method"] = df["method"][several] + " (" + rest[several] + ")"
+    return out
+
+
 def against(df: pd.DataFrame, x: str, ys: list[str], labels: dict[str, str], context: str = "") -> Figure:
     """One panel per metric in ``ys`` against ``x`` (a swept setting or a measured quantity): per method and
     sweep point the mean over seeds with 95% bootstrap error bars (in x too when x is measured), one line per
-    method. ``df``: method, point, seed, x, each y and ``<y>_censored`` where a y can be censored."""
+    method. ``df``: method, point, seed, x, each y and ``<y>_censored`` where a y can be censored. Runs of one
+    method that differ in more than x (``point`` sets other keys too: SNAP with two weight matrices) are lines of
+    their own, named by those keys."""
+    df = _split_by_other_keys(df, x)
     st = Styles.of(df)
     ncols = min(len(ys), 3)
     nrows = math.ceil(len(ys) / ncols)

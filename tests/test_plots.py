@@ -325,3 +325,15 @@ def test_cost_per_iteration_reads_counters_at_least_a_gap_apart():
     assert _spaced(np.array([0, 1, 2, 3, 10, 11]), 3).tolist() == [True, False, False, True, False, True]
     assert _spaced(np.array([0, 1, 2]), 1).tolist() == [True, True, True]
     assert _spaced(np.array([5]), 3).tolist() == [True]
+
+
+def test_against_draws_runs_of_one_method_that_differ_in_another_key_as_separate_lines():
+    # SNAP with the optimized W and with Eq. (24)'s over network size: two lines, not one zig-zag
+    rows = [{"method": "snap", "point": f"cluster.workers={n},snap.weights={w}", "seed": s, "cluster.workers": n,
+             "iterations": (300.0 if w == "optimized" else 500.0) + n} for n in (20, 40, 60) for w in
+            ("optimized", "eq24") for s in (0, 1)]
+    fig = plots.against(pd.DataFrame(rows), "cluster.workers", ["iterations"], {})
+    lines = data_lines(fig.axes[0])
+    assert sorted(list(line.get_ydata()) for line in lines) == [[320.0, 340.0, 360.0], [520.0, 540.0, 560.0]]
+    assert sorted(t.get_text() for t in fig.legends[0].get_texts()) == ["snap (snap.weights=eq24)",
+                                                                        "snap (snap.weights=optimized)"]
