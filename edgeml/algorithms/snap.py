@@ -385,11 +385,8 @@ class ExchangeConfig(PeerConfig):
     prune: float = 1e-6
     """Weights of the optimized W below this drop their edge (no exchange along it); 0 keeps every edge."""
     step: Literal["fixed", "bound"] = "fixed"
-    """The step alpha: ``fixed``, alpha = ``lr`` whatever W is; ``bound``, alpha = ``lr`` x 2 lambda_min(W~) =
-    ``lr`` x (1 + lambda_min(W)), the same fraction of each W's step condition alpha < 2 mu_g lambda_min(W~) /
-    L_f^2 (Sec. IV-A, Eq. 10; ``lr`` stands for that fraction of mu_g / L_f^2). The paper does not say which
-    step its Fig. 5 runs take; with ``fixed`` a W can only converge faster through mixing, with ``bound``
-    also through the larger step a larger lambda_min(W) allows, the term problem (22) improves."""
+    """``fixed``: alpha = ``lr`` for every W; ``bound``: alpha = ``lr`` x 2 lambda_min(W~), the same fraction of
+    each W's step condition (Sec. IV-A; see the module docstring)."""
     round_s: float = 0.0
     """Length of a round of the common clock, in seconds. 0 (auto): twice the slowest peer's step plus its
     frames to every neighbour at full size on its links, plus 10 ms for a real transport."""
