@@ -164,6 +164,11 @@ def convergence(evals: pd.DataFrame, x: str = "time_s", context: str = "") -> Fi
         ax.set_ylabel(label)
         ax.set_title(f"{label} vs {X_NAMES[x]}")
     axes[0].set_ylim(0, 1)
+    losses = pd.to_numeric(evals.get("loss", pd.Series(dtype=float)), errors="coerce")
+    losses = losses[np.isfinite(losses) & (losses > 0)]
+    if len(losses) and losses.max() > 30 * losses.median():  # a diverging run would flatten every other curve
+        axes[1].set_yscale("log")
+        axes[1].set_ylabel("test loss (log scale)")
     st.legend(fig)
     _title(fig, f"Test accuracy and loss of the global model against {X_NAMES[x]}", context)
     return fig

@@ -44,6 +44,15 @@ def test_convergence_axes(x, label):
     assert len(data_lines(acc)) == 3 and acc.collections  # mean lines and the seed bands
 
 
+def test_a_diverging_run_puts_the_loss_on_a_log_scale():
+    df = evals_frame()
+    assert plots.convergence(df, "time_s").axes[1].get_yscale() == "linear"
+    df.loc[(df.method == "adsp") & (df.seed == 1) & (df.time_s == 3.0), "loss"] = 1e18  # one run blows up
+    df.loc[(df.method == "adsp") & (df.seed == 1) & (df.time_s > 3.0), "loss"] = np.nan
+    loss = plots.convergence(df, "time_s").axes[1]
+    assert loss.get_yscale() == "log" and loss.get_ylabel() == "test loss (log scale)"
+
+
 def test_identical_curves_of_two_methods_stay_distinguishable():
     # ADACOMM and Fixed ADACOMM draw the same curve here: colour, marker and marker positions tell them apart
     lines = data_lines(plots.convergence(evals_frame(), "time_s").axes[1])
