@@ -527,7 +527,8 @@ def exchange_peer(node: Node, send_all: bool = False) -> None:
     me = peers.index(node.rank)
     weight = {peers[j]: float(W[me, j]) for j in range(len(peers)) if j != me and W[me, j] != 0}
     if me == 0:
-        node.log("weights", setup_s=info["setup_s"], chosen=info["chosen"], peers=len(peers), links=len(edges), alpha=alpha,
+        node.log("weights", setup_s=info["setup_s"], chosen=info["chosen"], peers=len(peers), links=len(edges),
+                 alpha=alpha,
                  **{f"{name}_{k}": v for name in ("eq24", "problem22", "problem23") if name in info
                     for k, v in info[name].items()})
     n = x.numel()
@@ -634,7 +635,8 @@ def ps_peer(node: Node, ternary: bool = False) -> None:
                 if cfg.share_scalers:
                     node.send(host, "scalers", detour=True, scalers=scalers)
                     scalers = node.recv(host, "shared")["scalers"]
-                node.push(host, "grad", detour=True, **wire.ternary(ternarize(clipped, scalers, spans, node.gen), scalers, spans))
+                ternary_grad = wire.ternary(ternarize(clipped, scalers, spans, node.gen), scalers, spans)
+                node.push(host, "grad", detour=True, **ternary_grad)
             else:
                 node.push(host, "grad", detour=True, grad=trainer.grad.to(dtype))
             trainer.params.copy_(node.recv(host, "model")["params"])
