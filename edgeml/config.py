@@ -454,18 +454,20 @@ def check_numbers(section: str, obj: Any) -> None:
             raise UserError(f"{key} = {value!r} is out of range: use {rule.describe(isinstance(value, int))}")
 
 
-def _check_out(out: str) -> None:
-    """``run.out`` must be a directory, or creatable as one, and writable: checked before anything is written."""
+def check_out(out: str | Path, name: str = "run.out") -> None:
+    """An output folder (``run.out``, or a command's ``--out`` named by ``name``) must be a directory, or
+    creatable as one, and writable: checked before anything is written."""
     path = Path(out)
+    shown = f"{name} = {str(out)!r}" if name != "--out" else f"--out {str(out)!r}"
     if path.exists() and not path.is_dir():
-        raise UserError(f"run.out = {out!r} is a file: pass a directory (created when missing) to --out")
+        raise UserError(f"{shown} is a file: pass a directory (created when missing) to --out")
     existing = next(p for p in (path.absolute(), *path.absolute().parents) if p.exists())
     if not existing.is_dir():
-        raise UserError(f"run.out = {out!r} lies under the file {str(existing)!r}: pass a directory path to --out")
+        raise UserError(f"{shown} lies under the file {str(existing)!r}: pass a directory path to --out")
     try:  # os.access answers yes for root even where nothing can be created (/proc, read-only mounts)
         tempfile.TemporaryDirectory(dir=existing, prefix=".edgeml-").cleanup()
     except OSError as exc:
-        raise UserError(f"run.out = {out!r} is not writable ({exc.strerror} in {str(existing)!r}): "
+        raise UserError(f"{shown} is not writable ({exc.strerror} in {str(existing)!r}): "
                         f"pass a writable directory to --out") from None
 
 
@@ -487,7 +489,7 @@ def validate(cfg: Config) -> None:
     if cfg.algo is not None and hasattr(cfg.algo, "validate"):
         cfg.algo.validate(cfg)
     _validate_env(cfg)
-    _check_out(cfg.run.out)
+    check_out(cfg.run.out)
     data.locate(cfg.data.dataset, cfg.data.root or None, cfg.data.download)
 
 

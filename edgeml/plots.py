@@ -15,6 +15,7 @@ there and nowhere else; decided quantities arrive as ``name``/``value`` rows.
 from __future__ import annotations
 
 import math
+import re
 import textwrap
 from dataclasses import dataclass
 from typing import Callable
@@ -289,7 +290,8 @@ def _split_by_other_keys(df: pd.DataFrame, x: str) -> pd.DataFrame:
     """``df`` with ``method`` renamed "method (k=v, ...)" where a method's points differ in keys other than x."""
     if df.empty or "point" not in df:
         return df
-    rest = df["point"].astype(str).map(lambda p: ", ".join(kv for kv in p.split(",")
+    # "k=v,k2=v2": split only at a comma that starts the next key, so a value may hold commas ("[1, 2]")
+    rest = df["point"].astype(str).map(lambda p: ", ".join(kv for kv in re.split(r",(?=[A-Za-z_][\w.]*=)", p)
                                                            if kv and not kv.startswith(f"{x}=")))
     several = rest.groupby(df["method"]).transform("nunique") > 1
     out = df.copy()

@@ -546,7 +546,7 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
     raises RuntimeError after writing everything, so that scripts notice."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from edgeml.config import build_config
+    from edgeml.config import build_config, check_out
     from edgeml.runner import run as run_config
 
     console = console or wide_console(stderr=True)
@@ -558,6 +558,7 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
                         f"{', '.join(dict.fromkeys(p.spec for p in planned))} (a swept entry's name picks all its "
                         "points; 'NAME[setting=value]' one of them)")
     out = Path(out) if out else Path("results") / exp.paper / ("quick" if quick else "")
+    check_out(out, "--out")
     work = []
     for p in planned:
         cfg = build_config({**p.layers, "run": {**p.layers["run"], "name": p.dirname, "out": str(out / "runs")}})

@@ -31,12 +31,30 @@ def test_forward_shape(name: str, shape: tuple[int, ...]) -> None:
 
 
 @pytest.mark.parametrize("shape", IMAGE_SHAPES)
-def test_resnet18_forward(shape: tuple[int, ...]) -> None:
-    model = build_model("resnet18", shape, 7).eval()
+@pytest.mark.parametrize("name", ["resnet18", "resnet18-v1"])
+def test_resnet18_forward(name: str, shape: tuple[int, ...]) -> None:
+    model = build_model(name, shape, 7).eval()
     assert model(torch.randn(2, *shape)).shape == (2, 7)
 
 
-@pytest.mark.parametrize("name", CNNS + ["resnet18"] + SMALL_IMAGE_NETS)
+def test_resnet18_v1_keeps_the_imagenet_stem() -> None:
+    # As ESync's authors ran Gluon's resnet18_v1 on 28x28 images: 7x7 stride-2 stem and max-pool, so the first
+    # block sees 7x7 and the last 1x1; the same parameters as the small-image variant but for the stem.
+    model = build_model("resnet18-v1", (1, 28, 28), 10).eval()
+    seen: dict[str, tuple[int, ...]] = {}
+
+    def record(name: str):  # a forward hook must return None, or its value replaces the output
+        return lambda module, inputs, output: seen.update({name: tuple(output.shape)})
+
+    for name in ("layer1", "layer4"):
+        getattr(model, name).register_forward_hook(record(name))
+    model(torch.randn(2, 1, 28, 28))
+    assert seen == {"layer1": (2, 64, 7, 7), "layer4": (2, 512, 1, 1)}
+    small = build_model("resnet18", (1, 28, 28), 10)
+    assert _params(model) - _params(small) == 64 * (7 * 7 - 3 * 3)
+
+
+@pytest.mark.parametrize("name", CNNS + ["resnet18", "resnet18-v1"] + SMALL_IMAGE_NETS)
 def test_cnn_rejects_tabular(name: str) -> None:
     with pytest.raises(UserError, match="image input") as err:
         build_model(name, (30,), 2)
@@ -175,6 +193,7 @@ def test_width_multiplier_only_for_mobilenet() -> None:
         build_model("squeezenet", (1, 4, 4), 10)
 
 
-def test_resnet18_keeps_no_running_statistics() -> None:
-    model = build_model("resnet18", (1, 28, 28), 10)
+@pytest.mark.parametrize("name", ["resnet18", "resnet18-v1"])
+def test_resnet18_keeps_no_running_statistics(name: str) -> None:
+    model = build_model(name, (1, 28, 28), 10)
     assert not any("running" in b for b, _ in model.named_buffers())

@@ -131,6 +131,11 @@ def test_bad_runs_and_claims_are_refused_before_anything_runs(tmp_path, toy):
         reproduce(toy, out=tmp_path / "mine")
     result = CliRunner().invoke(cli.app, ["reproduce", "nope"])
     assert result.exit_code == 2 and "baselines" in result.output
+    a_file = tmp_path / "mine" / "notes.txt"
+    for out, problem in ((a_file, "is a file"), (a_file / "sub", "lies under the file")):
+        result = CliRunner().invoke(cli.app, ["reproduce", toy, "--quick", "--out", str(out)])
+        assert result.exit_code == 2 and f"--out '{out}' {problem}" in result.output, result.output
+    assert a_file.read_text() == "keep me"
 
 
 def test_quick_baselines_reproduction(tmp_path):
