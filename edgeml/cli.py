@@ -283,9 +283,11 @@ def reproduce(
     seed_list = None
     if seeds is not None:
         try:
-            seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+            seed_list = [int(s) for s in seeds.split(",")]
         except ValueError:
             raise UserError(f"--seeds {seeds!r}: give comma-separated integers, e.g. --seeds 0,1,2") from None
+        if len(set(seed_list)) < len(seed_list):
+            raise UserError(f"--seeds {seeds!r} names a seed twice: give each seed once, e.g. --seeds 0,1,2")
     line = " ".join(["edgeml reproduce", paper] + (["--quick"] if quick else []) + ([f"--out {out}"] if out else [])
                     + ([f"--seeds {seeds}"] if seeds else []) + ([f"--backend {backend}"] if backend else []))
     print(run_experiment(paper, quick, out, seed_list, backend, command_line=line, resume=resume, only=only,

@@ -136,6 +136,12 @@ def test_bad_runs_and_claims_are_refused_before_anything_runs(tmp_path, toy):
         result = CliRunner().invoke(cli.app, ["reproduce", toy, "--quick", "--out", str(out)])
         assert result.exit_code == 2 and f"--out '{out}' {problem}" in result.output, result.output
     assert a_file.read_text() == "keep me"
+    for seeds, problem in (("1,,2", "give comma-separated integers"), ("", "give comma-separated integers"),
+                           ("0,1,0", "names a seed twice")):
+        result = CliRunner().invoke(cli.app, ["reproduce", toy, "--quick", "--seeds", seeds, "--out",
+                                              str(tmp_path / "new")])
+        assert result.exit_code == 2 and problem in result.output, result.output
+    assert not (tmp_path / "new").exists()
 
 
 def test_quick_baselines_reproduction(tmp_path):
