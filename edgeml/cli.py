@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 import sys
 import threading
 import types
@@ -42,6 +43,12 @@ def command(*args, **kwargs):
                 raise typer.Exit(130) from None
             except RuntimeError as exc:
                 err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+                raise typer.Exit(1) from None
+            except OSError as exc:  # a path the command reads or writes (a folder where a file must go...)
+                if os.environ.get("EDGEML_DEBUG", "") not in ("", "0") or exc.filename is None:
+                    raise
+                err.print(f"[red]error:[/red] {escape(repr(exc.filename))}: {escape(exc.strerror or str(exc))}: "
+                          "choose another path, or move what is there", highlight=False, soft_wrap=True)
                 raise typer.Exit(1) from None
         return register(run_safely)
     return wrap
@@ -238,8 +245,11 @@ def compare(
                                                   "compare.md here."),
 ) -> None:
     """Compare runs: accuracy, time to target (censored when never reached), paired speedup, bytes, time shares."""
+    from edgeml.config import check_out
     from edgeml.report import compare_dirs, wide_console
 
+    if out is not None:
+        check_out(out, "--out")
     cmp = compare_dirs(run_dirs, target_accuracy or [], target_loss or [], rule, baseline, recursive)
     wide_console().print(*cmp.rich())
     for p in cmp.write(out) if out else []:
@@ -254,9 +264,11 @@ def plot(
     recursive: bool = typer.Option(False, "--recursive", "-r", help="Search every folder below the given ones."),
 ) -> None:
     """Draw convergence curves and bars, time breakdown, throughput and the series figures (PNG and PDF)."""
+    from edgeml.config import check_out
     from edgeml.figures import write_figures
     from edgeml.report import load_runs
 
+    check_out(out, "--out")
     for f in write_figures(load_runs(run_dirs, recursive), out):
         print(f.png)
         print(f.png.with_suffix(".pdf"))

@@ -257,6 +257,13 @@ def test_compare_command_writes_csv_and_markdown(tmp_path):
     assert "| ssp | 2 |" in (tmp_path / "out" / "compare.md").read_text()
     bad = CliRunner().invoke(cli.app, ["compare", str(tmp_path / "runs"), "--baseline", "adsp"])
     assert bad.exit_code == 2 and "baseline 'adsp' names no run" in bad.output
+    a_file = tmp_path / "out" / "compare.md"
+    for command in ("compare", "plot"):
+        bad = CliRunner().invoke(cli.app, [command, str(tmp_path / "runs"), "--out", str(a_file)])
+        assert bad.exit_code == 2 and f"--out '{a_file}' is a file" in bad.output, bad.output
+    (tmp_path / "taken" / "compare.csv").mkdir(parents=True)  # a folder where a file must go
+    bad = CliRunner().invoke(cli.app, ["compare", str(tmp_path / "runs"), "--out", str(tmp_path / "taken")])
+    assert bad.exit_code == 1 and "compare.csv': Is a directory" in bad.output and "Traceback" not in bad.output
 
 
 def test_tables_fold_rather_than_cut_in_a_narrow_terminal(tmp_path):
