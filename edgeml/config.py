@@ -458,7 +458,7 @@ def check_out(out: str | Path, name: str = "run.out") -> None:
     """An output folder (``run.out``, or a command's ``--out`` named by ``name``) must be a directory, or
     creatable as one, and writable: checked before anything is written."""
     path = Path(out)
-    shown = f"{name} = {str(out)!r}" if name != "--out" else f"--out {str(out)!r}"
+    shown = f"{name} {str(out)!r}" if name.startswith("--") else f"{name} = {str(out)!r}"
     if path.exists() and not path.is_dir():
         raise UserError(f"{shown} is a file: pass a directory (created when missing) to --out")
     existing = next(p for p in (path.absolute(), *path.absolute().parents) if p.exists())

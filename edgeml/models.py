@@ -75,7 +75,7 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *, wi
         "lenet5": _lenet5,
         "cifar-cnn": _cifar_cnn,
         "resnet18": _resnet18,
-        "resnet18-v1": _resnet18_v1,
+        "resnet18-v1": lambda s, c: _resnet18(s, c, imagenet_stem=True),
         "alexnet": _alexnet,
         "squeezenet": _squeezenet,
         "mobilenet-v2": lambda s, c: _mobilenet_v2(s, c, width),
@@ -154,27 +154,21 @@ def _cifar_cnn(shape: tuple[int, int, int], num_classes: int) -> nn.Module:
     return _with_head("cifar-cnn", features, shape, [384, 192], num_classes)
 
 
-def _resnet18(shape: tuple[int, int, int], num_classes: int) -> nn.Module:
-    # The ImageNet stem (7x7 stride 2 + max-pool) shrinks a 32x32 image 4x before the first block; the usual
-    # CIFAR variant keeps full resolution instead.
+def _resnet18(shape: tuple[int, int, int], num_classes: int, imagenet_stem: bool = False) -> nn.Module:
+    # Small images: the usual CIFAR variant, a 3x3 stride-1 stem and no max-pool (the ImageNet stem shrinks a
+    # 32x32 image 4x before the first block). ``imagenet_stem``: MXNet Gluon's resnet18_v1 (thumbnail=False),
+    # which the ESync authors' code builds for its 28x28 Fashion-MNIST batches: the 7x7 stride-2 stem and
+    # max-pool take a 28x28 image to 7x7 before the first block, and the last block sees 1x1. Either way only
+    # the stem's input channels follow the data.
     from torchvision.models import resnet18
 
     model = resnet18(num_classes=num_classes, norm_layer=_batch_norm)
-    model.conv1 = nn.Conv2d(shape[0], 64, 3, stride=1, padding=1, bias=False)
+    if imagenet_stem:
+        model.conv1 = nn.Conv2d(shape[0], 64, 7, stride=2, padding=3, bias=False)
+    else:
+        model.conv1 = nn.Conv2d(shape[0], 64, 3, stride=1, padding=1, bias=False)
+        model.maxpool = nn.Identity()
     nn.init.kaiming_normal_(model.conv1.weight, mode="fan_out", nonlinearity="relu")  # as torchvision inits convs
-    model.maxpool = nn.Identity()
-    return model
-
-
-def _resnet18_v1(shape: tuple[int, int, int], num_classes: int) -> nn.Module:
-    # MXNet Gluon's resnet18_v1 (thumbnail=False), which the ESync authors' code builds for its 28x28
-    # Fashion-MNIST batches: the ImageNet stem takes a 28x28 image to 7x7 before the first block and the
-    # last block sees 1x1. Only the stem's input channels change.
-    from torchvision.models import resnet18
-
-    model = resnet18(num_classes=num_classes, norm_layer=_batch_norm)
-    model.conv1 = nn.Conv2d(shape[0], 64, 7, stride=2, padding=3, bias=False)
-    nn.init.kaiming_normal_(model.conv1.weight, mode="fan_out", nonlinearity="relu")
     return model
 
 
