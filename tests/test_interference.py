@@ -50,6 +50,18 @@ def settle(pids, timeout: float = 20.0) -> None:
     raise AssertionError("interfering processes did not settle")
 
 
+def loading(pids, timeout: float = 20.0) -> None:
+    """Wait until every process is in its loading loop (it has written with write(2)): what it read from storage
+    while starting (Python's own files, on a cold page cache) is then behind it."""
+    procs = [psutil.Process(p) for p in pids]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(p.io_counters().write_chars > 0 for p in procs):
+            return
+        time.sleep(0.05)
+    raise AssertionError("interfering processes did not start loading")
+
+
 def test_a_cpu_workload_raises_observed_cpu_load():
     sup = Supervisor([W(1, "cpu", 1.0, 0.0, math.inf), W(2, "cpu", 1.0, math.inf, math.inf)],
                      epoch=time.time(), net_Bps=1e6, disk_Bps=1e6)
@@ -68,6 +80,7 @@ def test_io_workloads_raise_observed_disk_and_net_load(tmp_path):
     sup = Supervisor([W(1, "disk", 1.0, 0.0, math.inf), W(2, "net", 1.0, 0.0, math.inf)],
                      epoch=time.time(), net_Bps=rate, disk_Bps=rate, dir=str(tmp_path))
     with sup:
+        loading([*sup.pids(1), *sup.pids(2)])
         disk = LoadMeter(sup.pids(1), net_Bps=rate, disk_Bps=rate)
         net = LoadMeter(sup.pids(2), net_Bps=rate, disk_Bps=rate)
         time.sleep(1.5)
