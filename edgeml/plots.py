@@ -155,11 +155,13 @@ def convergence(evals: pd.DataFrame, x: str = "time_s", context: str = "") -> Fi
                     ms=5, markevery=(min(xs.size - 1, m * every // max(1, len(st.methods))), every), alpha=0.9)
             if band is not None:
                 ax.fill_between(xs, band[0], band[1], color=st.colour[method], alpha=0.15, lw=0)
-    ends = evals.groupby("run")[x].max() if x in ("total_mb", "ingress_mb") else pd.Series(dtype=float)
+    ends = pd.to_numeric(evals.groupby("run")[x].max(), errors="coerce")
     ends = ends[ends > 0]
-    log = len(ends) > 1 and ends.max() > 20 * ends.min()  # volumes orders of magnitude apart (compression)
+    # runs that end an order of magnitude apart (compressed volumes; a baseline given 10x the budget) would squeeze
+    # the short ones against the axis: a log scale, linear near 0 where every run starts
+    log = len(ends) > 1 and ends.max() >= 10 * ends.min()
     for ax, (y, label) in zip(axes, (("accuracy", "test accuracy"), ("loss", "test loss"))):
-        if log:  # linear near 0, where every run starts
+        if log:
             ax.set_xscale("symlog", linthresh=10.0 ** math.floor(math.log10(ends.min() / 100)), linscale=0.5)
         ax.set_xlabel(X_AXES[x] + (" (log scale)" if log else ""))
         ax.set_ylabel(label)

@@ -53,6 +53,16 @@ def test_a_diverging_run_puts_the_loss_on_a_log_scale():
     assert loss.get_yscale() == "log" and loss.get_ylabel() == "test loss (log scale)"
 
 
+@pytest.mark.parametrize("x", ["time_s", "total_steps", "total_mb"])
+def test_runs_ending_an_order_of_magnitude_apart_get_a_log_axis(x):
+    df = evals_frame()
+    assert plots.convergence(df, x).axes[0].get_xscale() == "linear"
+    long = df[df.method == "adacomm"].copy()
+    long[["time_s", "total_steps", "total_mb"]] *= 12  # one method runs 12x as long (or sends 12x as much)
+    fig = plots.convergence(pd.concat([df[df.method != "adacomm"], long]), x)
+    assert all(ax.get_xscale() == "symlog" and ax.get_xlabel().endswith("(log scale)") for ax in fig.axes[:2])
+
+
 def test_identical_curves_of_two_methods_stay_distinguishable():
     # ADACOMM and Fixed ADACOMM draw the same curve here: colour, marker and marker positions tell them apart
     lines = data_lines(plots.convergence(evals_frame(), "time_s").axes[1])
