@@ -36,6 +36,11 @@ the verdict rests on the 95% bootstrap interval of their mean (``edgeml.stats``)
 - **not resolved**: a time-to-target effect smaller than one evaluation interval (the time resolution): the
   mean paired difference lies within one interval of zero; a ``difference`` claim whose margin is at least the
   resolution is decided on its margin instead.
+
+Shown numbers point the claim's way: a ``reduction`` or ``difference`` claim on the higher side (``direction =
+"higher"`` or a negative ``paper_value``) shows the run's change against the baseline, run / baseline - 1 or
+run - baseline, so "ADSP carries out more steps than BSP" measured as -23% reads as 23% fewer, and the
+paper's figure is shown the same way. The verdicts do not depend on it.
 """
 
 from __future__ import annotations
@@ -391,11 +396,26 @@ def _fmt(claim: Claim, v: float, effect: bool = False) -> str:
     return f"{v:.4g}"
 
 
+def _flip(claim: Claim) -> bool:
+    """Whether a claim's effect is shown negated: a reduction or difference on the higher side (see the module
+    docstring), so that the shown number is the run's change against the baseline."""
+    return claim.kind in ("reduction", "difference") and claim.sign < 0
+
+
+def _show(claim: Claim, v: float) -> str:
+    """``v`` as the claim shows it: a change against the baseline carries its sign."""
+    if not _flip(claim):
+        return _fmt(claim, v)
+    change = 0.0 if v == 0 else -v  # never "-0%"
+    return ("+" if change > 0 else "") + _fmt(claim, change)
+
+
 def _bound_text(iv: Interval, claim: Claim, lo_open: bool, hi_open: bool) -> str:
+    ge, le = (">=", "<=") if not _flip(claim) else ("<=", ">=")
     if hi_open and not lo_open:
-        return f">= {_fmt(claim, iv.low)}"
+        return f"{ge} {_show(claim, iv.low)}"
     if lo_open and not hi_open:
-        return f"<= {_fmt(claim, iv.high)}"
+        return f"{le} {_show(claim, iv.high)}"
     return "not measured"
 
 
@@ -404,11 +424,12 @@ def _measured(iv: Interval, claim: Claim, lo_open: bool, hi_open: bool) -> str:
         return "not measured (censored on both sides)"
     if lo_open or hi_open:
         ci = iv.ci_low if hi_open else iv.ci_high
-        return f"{_bound_text(iv, claim, lo_open, hi_open)} [95% CI of the bound {'>=' if hi_open else '<='} " \
-               f"{_fmt(claim, ci)}]"
+        side = ">=" if hi_open != _flip(claim) else "<="
+        return f"{_bound_text(iv, claim, lo_open, hi_open)} [95% CI of the bound {side} {_show(claim, ci)}]"
     if iv.n == 1 or iv.ci_low == iv.ci_high:
-        return _fmt(claim, iv.low)
-    return f"{_fmt(claim, iv.low)} [{_fmt(claim, iv.ci_low)}, {_fmt(claim, iv.ci_high)}]"
+        return _show(claim, iv.low)
+    low, high = (iv.ci_high, iv.ci_low) if _flip(claim) else (iv.ci_low, iv.ci_high)
+    return f"{_show(claim, iv.low)} [{_show(claim, low)}, {_show(claim, high)}]"
 
 
 def _resolution_text(res: float, unit: str) -> str:
@@ -432,4 +453,4 @@ def paper_text(claim: Claim) -> str:
         return f"{side} than {claim.baseline} or short of it by at most {_fmt(claim, claim.margin)}"
     if claim.paper_value is None:
         return f"{'lower' if claim.sign > 0 else 'higher'} than {claim.baseline} (no number given)"
-    return _fmt(claim, claim.paper_value)
+    return _show(claim, claim.paper_value)

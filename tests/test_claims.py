@@ -270,7 +270,22 @@ def test_a_difference_of_accuracies_is_in_percentage_points():
              "resolution": 0.0, "unit": ""} for r, vals in (("new", (0.80, 0.81)), ("base", (0.83, 0.83)))
             for s, v in enumerate(vals)]
     r = verdict(claim("difference", metric="final_accuracy", direction="higher"), pd.DataFrame(rows), "")
-    assert r.measured.startswith("2.5 pp [") and r.verdict == "does not hold"  # baseline - run: 3 and 2 pp
+    # shown the claim's way (run - baseline: -3 and -2 pp), lowest first
+    assert r.measured == "-2.5 pp [-3.0 pp, -2.0 pp]" and r.verdict == "does not hold"
+
+
+def test_a_claim_on_the_higher_side_shows_the_runs_change_against_the_baseline():
+    fewer = timed({0: 300.0, 1: 340.0}, {0: 400.0, 1: 400.0})  # "more steps than BSP": 25% and 15% fewer
+    r = verdict(claim(direction="higher"), fewer)
+    assert (r.paper, r.measured, r.verdict) == ("higher than base (no number given)", "-20% [-25%, -15%]",
+                                                "does not hold")
+    assert verdict(claim(direction="lower"), fewer).measured == "20% [15%, 25%]"  # the reduction as before
+    more = timed({0: 500.0, 1: 600.0}, {0: 400.0, 1: 400.0})
+    r = verdict(claim(paper=-0.3), more)  # the paper: 30% more
+    assert (r.paper, r.measured, r.verdict) == ("+30%", "+38% [+25%, +50%]", "holds")
+    censored = timed({0: None, 1: None}, {0: 400.0, 1: 400.0})  # the run never got there: more than +150%
+    r = verdict(claim(direction="higher"), censored)
+    assert r.verdict == "holds (>= +150%)" and r.measured.startswith(">= +150% [95% CI of the bound >= +150%")
 
 
 def accuracies(run: tuple, base: tuple) -> pd.DataFrame:
