@@ -209,7 +209,7 @@ def write_figures(runs: list[Run], out: Path, cmp: Comparison | None = None, pan
     written = []
     for name, draw, caption in figures:
         fig = draw()
-        for ext in ("png", "pdf"):
-            fig.savefig(out / f"{name}.{ext}", dpi=150)
+        for ext in ("png", "pdf"):  # no creation date in the PDF: the same runs draw the same bytes
+            fig.savefig(out / f"{name}.{ext}", dpi=150, metadata={"CreationDate": None} if ext == "pdf" else None)
         written.append(FigureFile(name, out / f"{name}.png", caption if cite else caption[:1].upper() + caption[1:]))
     return written

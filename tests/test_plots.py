@@ -313,6 +313,16 @@ def test_runs_without_series_skip_those_figures(tmp_path):
                        "time_breakdown", "throughput"}  # ingress: the run's parameter server received bytes
 
 
+def test_the_same_runs_draw_the_same_bytes(tmp_path):
+    """Re-rendering a report leaves its figures untouched (no creation date in a PDF), so diffs show real changes."""
+    make_run(tmp_path / "runs", "bsp")
+    runs = load_runs([str(tmp_path / "runs")])
+    write_figures(runs, tmp_path / "a")
+    write_figures(runs, tmp_path / "b")
+    pdfs = {p.name: p.read_bytes() for p in (tmp_path / "a").glob("*.pdf")}
+    assert pdfs == {p.name: p.read_bytes() for p in (tmp_path / "b").glob("*.pdf")} and len(pdfs) >= 5
+
+
 def test_a_run_without_nodes_csv_gives_one_line(tmp_path):
     (make_run(tmp_path / "runs", "old") / "nodes.csv").unlink()
     result = CliRunner().invoke(cli.app, ["plot", str(tmp_path / "runs"), "--out", str(tmp_path / "fig")])
