@@ -437,7 +437,8 @@ def _resolution_text(res: float, unit: str) -> str:
         return "-"
     if unit == "bytes":
         return f"{res / 1e6:.2g} MB"
-    return f"{res:g} {unit}"
+    # a measured interval (procs: 19.9959 s) to 3 digits, whole numbers from 100 on (1234 steps, not 1.23e+03)
+    return f"{res:.0f} {unit}" if res >= 100 else f"{res:.3g} {unit}"
 
 
 def paper_text(claim: Claim) -> str:

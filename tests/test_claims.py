@@ -274,6 +274,12 @@ def test_a_difference_of_accuracies_is_in_percentage_points():
     assert r.measured == "-2.5 pp [-3.0 pp, -2.0 pp]" and r.verdict == "does not hold"
 
 
+def test_a_resolution_reads_as_a_short_number():
+    from edgeml.claims import _resolution_text
+    assert [_resolution_text(r, "s") for r in (19.9959, 20.0, 0.5, 1234.4)] == ["20 s", "20 s", "0.5 s", "1234 s"]
+    assert _resolution_text(2.5e6, "bytes") == "2.5 MB" and _resolution_text(math.nan, "s") == "-"
+
+
 def test_a_claim_on_the_higher_side_shows_the_runs_change_against_the_baseline():
     fewer = timed({0: 300.0, 1: 340.0}, {0: 400.0, 1: 400.0})  # "more steps than BSP": 25% and 15% fewer
     r = verdict(claim(direction="higher"), fewer)
