@@ -379,7 +379,13 @@ def trend_statistic(values: np.ndarray, direction: str) -> float:
 
 
 def _fmt(claim: Claim, v: float, effect: bool = False) -> str:
-    """A number in the claim's terms: percent for reductions and fractions, x for ratios, units for times."""
+    """A number in the claim's terms: percent for reductions and fractions, x for ratios, units for times; a value
+    that rounds to zero has no sign ("0.0 pp", never "-0.0 pp")."""
+    text = _fmt_raw(claim, v, effect)
+    return text[1:] if text.startswith("-") and not any(c in "123456789" for c in text) else text
+
+
+def _fmt_raw(claim: Claim, v: float, effect: bool = False) -> str:
     if math.isinf(v):
         return "∞" if v > 0 else "-∞"
     kind = claim.effect if claim.kind == "trend" else claim.kind
@@ -406,8 +412,8 @@ def _show(claim: Claim, v: float) -> str:
     """``v`` as the claim shows it: a change against the baseline carries its sign."""
     if not _flip(claim):
         return _fmt(claim, v)
-    change = 0.0 if v == 0 else -v  # never "-0%"
-    return ("+" if change > 0 else "") + _fmt(claim, change)
+    text = _fmt(claim, -v)
+    return ("+" if -v > 0 and any(c in "123456789" for c in text) else "") + text
 
 
 def _bound_text(iv: Interval, claim: Claim, lo_open: bool, hi_open: bool) -> str:

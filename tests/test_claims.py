@@ -280,6 +280,14 @@ def test_a_resolution_reads_as_a_short_number():
     assert _resolution_text(2.5e6, "bytes") == "2.5 MB" and _resolution_text(math.nan, "s") == "-"
 
 
+def test_a_change_that_rounds_to_zero_has_no_sign():
+    from edgeml.claims import _show
+    higher = claim("difference", metric="final_accuracy", direction="higher")
+    assert [_show(higher, v) for v in (0.0003, -0.0003, 0.0, -0.02, 0.02)] == ["0.0 pp", "0.0 pp", "0.0 pp",
+                                                                               "+2.0 pp", "-2.0 pp"]
+    assert _show(claim("difference", metric="final_accuracy"), -0.0003) == "0.0 pp"
+
+
 def test_a_claim_on_the_higher_side_shows_the_runs_change_against_the_baseline():
     fewer = timed({0: 300.0, 1: 340.0}, {0: 400.0, 1: 400.0})  # "more steps than BSP": 25% and 15% fewer
     r = verdict(claim(direction="higher"), fewer)
