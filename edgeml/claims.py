@@ -382,7 +382,8 @@ def _fmt(claim: Claim, v: float, effect: bool = False) -> str:
     """A number in the claim's terms: percent for reductions and fractions, x for ratios, units for times; a value
     that rounds to zero has no sign ("0.0 pp", never "-0.0 pp")."""
     text = _fmt_raw(claim, v, effect)
-    return text[1:] if text.startswith("-") and not any(c in "123456789" for c in text) else text
+    zero = "0" in text and not any(c in "123456789" for c in text)  # "-0.0 pp"; not "-∞"
+    return text[1:] if text.startswith("-") and zero else text
 
 
 def _fmt_raw(claim: Claim, v: float, effect: bool = False) -> str:
@@ -413,7 +414,8 @@ def _show(claim: Claim, v: float) -> str:
     if not _flip(claim):
         return _fmt(claim, v)
     text = _fmt(claim, -v)
-    return ("+" if -v > 0 and any(c in "123456789" for c in text) else "") + text
+    shown = math.isinf(v) or any(c in "123456789" for c in text)  # not a change that rounds to zero
+    return ("+" if -v > 0 and shown else "") + text
 
 
 def _bound_text(iv: Interval, claim: Claim, lo_open: bool, hi_open: bool) -> str:

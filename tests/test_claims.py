@@ -286,6 +286,8 @@ def test_a_change_that_rounds_to_zero_has_no_sign():
     assert [_show(higher, v) for v in (0.0003, -0.0003, 0.0, -0.02, 0.02)] == ["0.0 pp", "0.0 pp", "0.0 pp",
                                                                                "+2.0 pp", "-2.0 pp"]
     assert _show(claim("difference", metric="final_accuracy"), -0.0003) == "0.0 pp"
+    assert _show(claim("difference", metric="final_accuracy"), -math.inf) == "-∞"
+    assert _show(higher, math.inf) == "-∞" and _show(higher, -math.inf) == "+∞"
 
 
 def test_a_claim_on_the_higher_side_shows_the_runs_change_against_the_baseline():
