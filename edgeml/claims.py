@@ -382,8 +382,12 @@ def _fmt(claim: Claim, v: float, effect: bool = False) -> str:
     """A number in the claim's terms: percent for reductions and fractions, x for ratios, units for times; a value
     that rounds to zero has no sign ("0.0 pp", never "-0.0 pp")."""
     text = _fmt_raw(claim, v, effect)
-    zero = "0" in text and not any(c in "123456789" for c in text)  # "-0.0 pp"; not "-∞"
-    return text[1:] if text.startswith("-") and zero else text
+    return text[1:] if text.startswith("-") and _rounds_to_zero(text) else text
+
+
+def _rounds_to_zero(text: str) -> bool:
+    """Whether a formatted number reads as zero ("0%", "-0.0 pp"; not "∞")."""
+    return "0" in text and not any(c in "123456789" for c in text)
 
 
 def _fmt_raw(claim: Claim, v: float, effect: bool = False) -> str:
@@ -414,16 +418,19 @@ def _show(claim: Claim, v: float) -> str:
     if not _flip(claim):
         return _fmt(claim, v)
     text = _fmt(claim, -v)
-    shown = math.isinf(v) or any(c in "123456789" for c in text)  # not a change that rounds to zero
-    return ("+" if -v > 0 and shown else "") + text
+    return ("+" if -v > 0 and not _rounds_to_zero(text) else "") + text
+
+
+def _bound_op(claim: Claim, lower_bound: bool) -> str:
+    """The comparison a bound on the effect reads with, as the claim shows the effect (``_flip`` reverses it)."""
+    return ">=" if lower_bound != _flip(claim) else "<="
 
 
 def _bound_text(iv: Interval, claim: Claim, lo_open: bool, hi_open: bool) -> str:
-    ge, le = (">=", "<=") if not _flip(claim) else ("<=", ">=")
     if hi_open and not lo_open:
-        return f"{ge} {_show(claim, iv.low)}"
+        return f"{_bound_op(claim, True)} {_show(claim, iv.low)}"
     if lo_open and not hi_open:
-        return f"{le} {_show(claim, iv.high)}"
+        return f"{_bound_op(claim, False)} {_show(claim, iv.high)}"
     return "not measured"
 
 
@@ -432,8 +439,8 @@ def _measured(iv: Interval, claim: Claim, lo_open: bool, hi_open: bool) -> str:
         return "not measured (censored on both sides)"
     if lo_open or hi_open:
         ci = iv.ci_low if hi_open else iv.ci_high
-        side = ">=" if hi_open != _flip(claim) else "<="
-        return f"{_bound_text(iv, claim, lo_open, hi_open)} [95% CI of the bound {side} {_show(claim, ci)}]"
+        return f"{_bound_text(iv, claim, lo_open, hi_open)} [95% CI of the bound {_bound_op(claim, hi_open)} " \
+               f"{_show(claim, ci)}]"
     if iv.n == 1 or iv.ci_low == iv.ci_high:
         return _show(claim, iv.low)
     low, high = (iv.ci_high, iv.ci_low) if _flip(claim) else (iv.ci_low, iv.ci_high)
