@@ -137,7 +137,8 @@ def test_bad_runs_and_claims_are_refused_before_anything_runs(tmp_path, toy):
         assert result.exit_code == 2 and f"--out '{out}' {problem}" in result.output, result.output
     assert a_file.read_text() == "keep me"
     for seeds, problem in (("1,,2", "give comma-separated integers"), ("", "give comma-separated integers"),
-                           ("0,1,0", "names a seed twice"), ("0,-1", "seed -1 is out of range: use a whole number in [0, "),
+                           ("0,1,0", "names a seed twice"),
+                           ("0,-1", "seed -1 is out of range: use a whole number in [0, "),
                            ("4294967296", "seed 4294967296 is out of range")):
         result = CliRunner().invoke(cli.app, ["reproduce", toy, "--quick", "--seeds", seeds, "--out",
                                               str(tmp_path / "new")])
