@@ -166,6 +166,8 @@ class StopSection:
     0 disables."""
     window: int = 10
     """Number of evaluations whose loss variance ``loss_variance`` tests (at least 2)."""
+    diverged: bool = False
+    """Stop once the test loss of an evaluated model is NaN or infinite: the model has diverged."""
 
 
 @dataclass

@@ -127,14 +127,18 @@ class Monitor:
             self.writer.append_eval(row)
         if self.on_row:
             self.on_row(row)
-        self._check_targets(row)
+        self._check_targets(row, evaluated=bool(params))
         return row
 
-    def _check_targets(self, row: dict[str, Any]) -> None:
+    def _check_targets(self, row: dict[str, Any], evaluated: bool = True) -> None:
+        """``evaluated``: whether a model was evaluated (no model, as when every node has crashed, is not a
+        diverged one)."""
         s = self.stop_cfg
         if self.stop_reason:
             return
-        if s.target_accuracy and row["accuracy"] >= s.target_accuracy:
+        if s.diverged and evaluated and not math.isfinite(row["loss"]):
+            self.stop_reason = f"the model diverged (test loss {row['loss']})"
+        elif s.target_accuracy and row["accuracy"] >= s.target_accuracy:
             self.stop_reason = f"target accuracy {s.target_accuracy} reached"
         elif s.target_loss and row["loss"] <= s.target_loss:
             self.stop_reason = f"target loss {s.target_loss} reached"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pandas as pd
 import pytest
@@ -149,6 +150,18 @@ def test_stopping_rules():
     assert reason.startswith("loss variance")
     losses = [r["loss"] for r in mon.rows[-6:-1]]
     assert max(losses) - min(losses) < 0.2
+
+
+def test_a_diverged_model_stops_the_run_only_when_asked():
+    # a step size far past the stable range makes the loss infinite or NaN within a few evaluations
+    blowup = ("run.algorithm='asp'", "cluster.workers=2", "stop.max_time=0", "stop.max_steps=3000",
+              "asp.lr=1e6", "eval.interval=0.05")
+    _, mon, _, reason = simulate(*blowup, "stop.diverged=true")
+    assert reason.startswith("the model diverged")
+    assert not math.isfinite(mon.rows[-1]["loss"]) and all(math.isfinite(r["loss"]) for r in mon.rows[:-1])
+    kernel, mon, _, reason = simulate(*blowup)  # off by default: the run goes on to its budget
+    assert reason.startswith("step budget") and kernel.total_steps == 3000
+    assert not math.isfinite(mon.rows[-1]["loss"])
 
 
 # --- runtime primitives through a tiny algorithm defined here (the sim backend runs in-process) ---
