@@ -130,7 +130,7 @@ class Monitor:
         self._check_targets(row, evaluated=bool(params))
         return row
 
-    def _check_targets(self, row: dict[str, Any], evaluated: bool = True) -> None:
+    def _check_targets(self, row: dict[str, Any], evaluated: bool) -> None:
         """``evaluated``: whether a model was evaluated (no model, as when every node has crashed, is not a
         diverged one)."""
         s = self.stop_cfg
