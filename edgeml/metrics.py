@@ -160,7 +160,10 @@ class Monitor:
 
 
 def _csv_value(v: Any) -> Any:
+    """A float as its shortest exact text (numpy floats included: their repr is ``np.float64(...)``), NaN as
+    an empty cell."""
     if isinstance(v, float):
+        v = float(v)
         return repr(v) if math.isfinite(v) else ("" if math.isnan(v) else repr(v))
     return v
 

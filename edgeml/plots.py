@@ -620,12 +620,21 @@ def rounds(df: pd.DataFrame, context: str = "") -> Figure:
     return fig
 
 
+LOAD_COLUMNS = ("load_cpu", "load_net", "load_disk")
+
+
 def epochs(df: pd.DataFrame, context: str = "") -> Figure:
     """Epoch-based gossip training (EdgeGossip, GoSGD): each platform's data ratio r_i per epoch, a line per
-    platform (mean over seeds), and the predicted against the measured training time of each epoch (points
-    on the dashed line are exact predictions; edgegossip.txt Fig. 9)."""
+    platform (mean over seeds), the predicted against the measured training time of each epoch (points on the
+    dashed line are exact predictions), and, where the runs recorded the co-running load each epoch trained
+    under, the prediction error against that load (edgegossip.txt Fig. 9: error against the co-running
+    workload's size). The load is the busiest resource's (CPU in cores, network and disk as fractions of
+    capacity), and the epoch is a CPU epoch when CPU is that resource, an I/O epoch otherwise (idle: none above
+    0.05); the lines are the mean error per 0.1 of load."""
     st = Styles.of(df)
-    fig, axes = _figure(1, 2, 11, 4.6)
+    predicted = df[df["predicted_s"] > 0] if "predicted_s" in df else df.iloc[:0]
+    loaded = predicted.dropna(subset=list(LOAD_COLUMNS)) if set(LOAD_COLUMNS) <= set(df) else predicted.iloc[:0]
+    fig, axes = _figure(1, 3 if len(loaded) else 2, 17 if len(loaded) else 11, 4.6)
     df = df.assign(platform=df["rank"] - df.groupby("run")["rank"].transform("min"))
     for run, d in df.groupby("run", sort=False):
         method = d["method"].iloc[0]
@@ -634,23 +643,42 @@ def epochs(df: pd.DataFrame, context: str = "") -> Figure:
             g = g.groupby("epoch", as_index=False)["ratio"].mean()
             axes[0].plot(g["epoch"], g["ratio"], color=st.colour[method], ls=dash, lw=1.0, alpha=0.7,
                          drawstyle="steps-post")
-        if "predicted_s" in d:
-            p = d[d["predicted_s"] > 0]
-            axes[1].plot(p["measured_s"], p["predicted_s"], lw=0, marker=st.marker[method], ms=3, alpha=0.5,
-                         color=st.colour[method])
+        p = predicted[predicted["run"] == run]
+        axes[1].plot(p["measured_s"], p["predicted_s"], lw=0, marker=st.marker[method], ms=3, alpha=0.5,
+                     color=st.colour[method])
     axes[0].set_xlabel("epoch")
     axes[0].set_ylabel("data ratio r_i (share of its data a platform trains on)")
     axes[0].set_ylim(-0.03, 1.05)
     axes[0].set_title("a line per platform")
-    predicted = df[df["predicted_s"] > 0] if "predicted_s" in df else df.iloc[:0]
     top = float(predicted[["measured_s", "predicted_s"]].max().max()) if len(predicted) else 1.0
     axes[1].plot([0, top], [0, top], color="0.4", ls="--", lw=1)
     axes[1].set_xlabel("measured training time of the epoch (s)")
     axes[1].set_ylabel("predicted (s)")
     axes[1].set_title("one point per platform and epoch; dashed: exact")
+    if len(loaded):
+        _error_against_load(axes[2], loaded, st)
     st.legend(fig)
-    _title(fig, "Data ratio per platform and epoch; predicted against measured epoch times", context)
+    title = "Data ratio per platform and epoch; predicted against measured epoch times"
+    _title(fig, title + ("; prediction error against co-running load" if len(loaded) else ""), context)
     return fig
+
+
+def _error_against_load(ax, d: pd.DataFrame, st: "Styles") -> None:
+    load = d[list(LOAD_COLUMNS)].to_numpy(dtype=float)
+    busiest = load.max(axis=1)
+    kind = np.where(busiest <= 0.05, "idle", np.where(load.argmax(axis=1) == 0, "CPU", "I/O"))
+    error = 100 * (d["predicted_s"] - d["measured_s"]).abs() / d["measured_s"]
+    d = d.assign(load=busiest, kind=kind, error=error.to_numpy(), bin=np.round(busiest, 1))
+    lines = {"CPU": "-", "I/O": "--", "idle": ":"}
+    for (method, k), g in d.groupby(["method", "kind"], sort=False):
+        ax.plot(g["load"], g["error"], lw=0, marker=st.marker[method], ms=3, alpha=0.25, color=st.colour[method])
+        m = g.groupby("bin", as_index=False)["error"].mean()
+        ax.plot(m["bin"], m["error"], color=st.colour[method], ls=lines[k], lw=1.6, marker="o", ms=4, label=k)
+    ax.set_xlabel("co-running load of the epoch (the busiest resource)")
+    ax.set_ylabel("prediction error of the epoch's time (%)")
+    ax.set_ylim(0, max(5.0, float(np.nanpercentile(d["error"], 98)) * 1.1))
+    ax.legend(title="busiest resource: mean per 0.1", frameon=False, fontsize=8)
+    ax.set_title("one point per platform and epoch")
 
 
 @dataclass(frozen=True)
@@ -678,6 +706,7 @@ SERIES_FIGURES = {
                            "Each device's local iterations per round, and its longest wait at an aggregation "
                            "against its capability"),
     "epochs": SeriesFigure(epochs, ("epoch", "rank", "ratio", "measured_s"),
-                           "Each platform's data ratio per epoch, and the predicted against the measured "
-                           "training time of each epoch"),
+                           "Each platform's data ratio per epoch, the predicted against the measured training "
+                           "time of each epoch, and the prediction error against the co-running load the epoch "
+                           "trained under"),
 }

@@ -261,6 +261,12 @@ def test_edgegossip_predicts_under_co_running_load(tmp_path):
     epochs = pd.read_csv(path / "series/epochs.csv")
     p0 = epochs[epochs["rank"] == 1].set_index("time_s").ratio
     assert p0.loc[1.5:2.9].mean() < 0.8 * p0.loc[:1.0].iloc[1:].mean()  # a loaded platform keeps less data
+    # each epoch records the co-running load it trained under, as plain numbers
+    loads = epochs[["load_cpu", "load_net", "load_disk"]]
+    assert all(dtype.kind == "f" for dtype in loads.dtypes)
+    cpu = epochs[epochs["rank"] == 1].set_index("time_s").load_cpu
+    assert cpu.loc[1.5:2.9].min() > 0.2 and cpu.loc[:0.9].max() == 0.0
+    assert epochs.loc[epochs["rank"] != 1, "load_cpu"].max() == 0.0 and loads[["load_net", "load_disk"]].eq(0).all().all()
 
 
 def test_a_crash_past_the_failure_share_moves_its_data_to_the_live_platforms(tmp_path):
@@ -303,3 +309,25 @@ def test_epochs_figure_draws_a_line_per_platform_and_predicted_against_measured(
     assert sorted(ratios.lines[1].get_ydata().tolist()) == [0.4, 0.5]
     assert times.lines[0].get_xdata().tolist() == [1.0, 1.1, 1.0, 0.9]  # measured, one point per epoch
     assert times.lines[0].get_ydata().tolist() == [1.0, 1.0, 1.2, 0.9]  # predicted
+
+
+def test_epochs_figure_draws_the_prediction_error_against_the_co_running_load():
+    from edgeml import plots
+
+    # two CPU-loaded epochs at 0.3 (errors 10% and 30%), one I/O epoch at 0.8 (disk busiest; 50%), one idle
+    eg = pd.DataFrame({"time_s": [1, 1, 2, 2], "rank": [1, 2, 1, 2], "epoch": [0, 0, 1, 1], "ratio": [1, 1, 1, 1],
+                       "measured_s": [1.0, 1.0, 2.0, 1.0], "predicted_s": [1.1, 1.3, 1.0, 1.0],
+                       "load_cpu": [0.3, 0.31, 0.1, 0.0], "load_net": [0.0, 0.0, 0.5, 0.0],
+                       "load_disk": [0.0, 0.0, 0.8, 0.01]})
+    fig = plots.epochs(eg.assign(run="eg", method="edgegossip", setting="", seed=0))
+    assert len(fig.axes) >= 3
+    errors = fig.axes[2]
+    means = {line.get_label(): (line.get_xdata().tolist(), line.get_ydata().tolist())
+             for line in errors.lines if not line.get_label().startswith("_")}
+    assert means["CPU"][0] == [0.3] and means["CPU"][1] == pytest.approx([20.0])  # mean of 10% and 30%
+    assert means["I/O"] == ([0.8], [50.0])
+    assert means["idle"] == ([0.0], [0.0])
+    # runs that recorded no load keep the two panels
+    fig = plots.epochs(eg.drop(columns=["load_cpu", "load_net", "load_disk"]).assign(run="eg", method="edgegossip",
+                                                                                   setting="", seed=0))
+    assert len([ax for ax in fig.axes if ax.has_data()]) == 2

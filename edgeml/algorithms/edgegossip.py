@@ -49,9 +49,10 @@ losses M / (3 b) (a forward pass each); the aggregator's phases their multiply-a
 Table 3 and the scikit-learn algorithms used) divided by a step's. Generation and loss times are logged.
 
 Recorded: ``series/epochs.csv`` (per platform and epoch: data ratio r_i, points processed, data |X_i|,
-predicted and measured training time, mixing weight, whether failed; GoSGD: ratio 1, no prediction) and
-``series/decisions.csv`` (``data_ratio`` per epoch; EdgeGossip also ``prediction_error`` |predicted -
-measured| / measured, ``aggregated_share`` (the share of the epoch spent on the aggregated points' losses)
+predicted and measured training time, mixing weight, whether failed, and the mean co-running load the epoch
+trained under, ``load_cpu``, ``load_net``, ``load_disk``, as ``node.load()`` reports it; GoSGD: ratio 1, no
+prediction) and ``series/decisions.csv`` (``data_ratio`` per epoch; EdgeGossip also ``prediction_error``
+|predicted - measured| / measured, ``aggregated_share`` (the share of the epoch spent on the aggregated points' losses)
 and ``predictor_s`` (fitting the predictor, wall time: 0 in ``sim``) per epoch, ``reduce_s``, ``divide_s``,
 ``generate_s``, ``generation_s`` and ``aggregated_points`` once, ``reassigned`` per reassignment); the
 counters ``epochs`` (epochs all live platforms completed, at the first live platform) and ``reassignments``.
@@ -710,7 +711,7 @@ class EdgePlatform(Platform):
             node.log("decisions", name="prediction_error", value=error)
             node.log("decisions", name="aggregated_share", value=loss_s / max(node.now() - start, 1e-12))
             self.record(ratio=ratio, points=points, data=plan.sizes[me], predicted_s=predicted, measured_s=measured,
-                        failed=0)
+                        failed=0, load_cpu=used[0], load_net=used[1], load_disk=used[2])
             self.epoch += 1
 
     def taken(self, failed: int, start: int, stop: int):
