@@ -677,7 +677,7 @@ def _error_against_load(ax, d: pd.DataFrame, st: "Styles") -> None:
     ax.set_xlabel("co-running load of the epoch (the busiest resource)")
     ax.set_ylabel("prediction error of the epoch's time (%)")
     ax.set_ylim(0, max(5.0, float(np.nanpercentile(d["error"], 98)) * 1.1))
-    ax.legend(title="busiest resource: mean per 0.1", frameon=False, fontsize=8)
+    ax.legend(title="busiest resource: mean per 0.1", loc="upper right", framealpha=0.85, fontsize=8)
     ax.set_title("one point per platform and epoch")
 
 
