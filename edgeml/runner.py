@@ -163,8 +163,13 @@ def _run_sim(cfg: Config, spec, path: Path, quiet: bool) -> Path:
             if kernel.error:
                 info, _, trace = kernel.error
                 writer.write_error(error_report(info, kernel.now, trace))
-            writer.finish(kernel.reports(), [row for n in kernel.nodes.values() for row in n.series], monitor.rows,
-                          kernel.now, status, reason, job)
+            try:
+                writer.finish(kernel.reports(), [row for n in kernel.nodes.values() for row in n.series],
+                              monitor.rows, kernel.now, status, reason, job)
+            except OSError as exc:  # the run directory went away (deleted, disk full): an interrupt still wins
+                if status == "interrupted":
+                    raise KeyboardInterrupt from exc
+                raise
     finally:
         torch.set_num_threads(threads)
     if kernel.error and debugging():

@@ -190,6 +190,29 @@ def probe_algorithm():
     REGISTRY.pop("probe")
 
 
+def test_an_interrupt_wins_over_a_run_directory_that_went_away(tmp_path):
+    """Ctrl-C (or SIGTERM) after the run directory was deleted by hand ends the run as interrupted: the failed
+    write must not turn it into an ordinary error, which a reproduction would record and go on past."""
+    import shutil
+
+    from edgeml.algorithms.ps import PSConfig
+
+    def vanish(node):
+        node.sleep(0.5)
+        shutil.rmtree(tmp_path / "gone")
+        raise KeyboardInterrupt
+
+    register(AlgorithmSpec("vanish", "test", PSConfig, lambda cfg: [("worker", vanish)] * cfg.cluster.workers))
+    try:
+        cfg = load_config(overrides=["run.algorithm='vanish'", "run.backend='sim'", "cluster.workers=1",
+                                     "stop.max_time=5", "data.dataset='digits'", f"run.out='{tmp_path}'",
+                                     "run.name='gone'"])
+        with pytest.raises(KeyboardInterrupt):
+            run(cfg, quiet=True)
+    finally:
+        REGISTRY.pop("vanish")
+
+
 def test_all_reduce_timeout_and_messages(probe_algorithm):
     kernel, *_ = simulate("run.algorithm='probe'", "cluster.workers=2", "stop.max_time=2")
     rows = [r for n in kernel.nodes.values() for s, r in n.series if s == "probe"]
