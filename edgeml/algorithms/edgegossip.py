@@ -52,10 +52,12 @@ Recorded: ``series/epochs.csv`` (per platform and epoch: data ratio r_i, points 
 predicted and measured training time, mixing weight, whether failed, and the mean co-running load the epoch
 trained under, ``load_cpu``, ``load_net``, ``load_disk``, as ``node.load()`` reports it; GoSGD: ratio 1, no
 prediction) and ``series/decisions.csv`` (``data_ratio`` per epoch; EdgeGossip also ``prediction_error``
-|predicted - measured| / measured, ``aggregated_share`` (the share of the epoch spent on the aggregated points' losses)
-and ``predictor_s`` (fitting the predictor, wall time: 0 in ``sim``) per epoch, ``reduce_s``, ``divide_s``,
-``generate_s``, ``generation_s`` and ``aggregated_points`` once, ``reassigned`` per reassignment); the
-counters ``epochs`` (epochs all live platforms completed, at the first live platform) and ``reassignments``.
+|predicted - measured| / measured, ``aggregated_share`` (the share of the epoch spent on the aggregated
+points' losses), ``predictor_s`` (fitting the predictor) and ``load_reading_s`` (collecting the co-running
+load, the mean over the epoch's readings; both on the node's clock: wall time in ``procs``, 0 in ``sim``) per
+epoch, ``reduce_s``, ``divide_s``, ``generate_s``, ``generation_s`` and ``aggregated_points`` once,
+``reassigned`` per reassignment); the counters ``epochs`` (epochs all live platforms completed, at the first
+live platform) and ``reassignments``.
 
 Not modelled: moving a failed platform's data to the live ones costs nothing (the paper's exception handling
 runs the failed tasks elsewhere without saying how the data get there).
@@ -619,6 +621,7 @@ class EdgePlatform(Platform):
 
         self.step_ops = 3 * self.b * forward_macs(self.trainer.model, self.data.input_shape)
         self.predictor = Predictor(seed=node.cfg.run.seed)
+        self.readings: list[float] = []  # how long each node.load() of this epoch took
         self.shards = node.job.shards
         self.points: dict[Any, tuple[torch.Tensor, torch.Tensor, list[np.ndarray]]] = {}
         self.points["own"] = self.build(self.trainer.index, log=True)
@@ -667,12 +670,12 @@ class EdgePlatform(Platform):
     def run(self) -> None:
         node, cfg, me = self.node, self.cfg, self.node.index
         sizes = [len(s) for s in self.shards]
-        node.load()  # the first reading's window starts here
+        self.read_load()  # the first reading's window starts here
         while True:
             start = node.now()
             losses, members = self.losses([self.points["own"]])
             loss_s = node.now() - start
-            load = node.load()  # the latest reading: what the next epoch is predicted under
+            load = self.read_load()  # the latest reading: what the next epoch is predicted under
             if self.predictor.t0 is None:  # the first epoch: the speed of the forward passes just made
                 self.predictor.calibrate(load, loss_s / (len(losses) * FORWARD_WORK))
             t_point = self.predictor.predict(load)
@@ -707,12 +710,22 @@ class EdgePlatform(Platform):
             self.predictor.fit()
             self.predictor.calibrate(used, measured / max(points, 1))
             node.log("decisions", name="predictor_s", value=node.now() - t0)
+            node.log("decisions", name="load_reading_s", value=float(np.mean(self.readings)))
+            self.readings.clear()
             error = abs(predicted - measured) / measured if measured > 0 else math.nan
             node.log("decisions", name="prediction_error", value=error)
             node.log("decisions", name="aggregated_share", value=loss_s / max(node.now() - start, 1e-12))
             self.record(ratio=ratio, points=points, data=plan.sizes[me], predicted_s=predicted, measured_s=measured,
                         failed=0, load_cpu=used[0], load_net=used[1], load_disk=used[2])
             self.epoch += 1
+
+    def read_load(self) -> tuple[float, float, float]:
+        """``node.load()``, timed on the node's clock: collecting the co-running load is the predictor's
+        overhead of edgegossip.txt Fig. 11."""
+        t0 = self.node.now()
+        load = self.node.load()
+        self.readings.append(self.node.now() - t0)
+        return load
 
     def taken(self, failed: int, start: int, stop: int):
         """Aggregated points of the slice of a failed platform's data this platform takes over (built once)."""
@@ -727,12 +740,12 @@ class EdgePlatform(Platform):
         node, every = self.node, self.cfg.sample_steps
         start = window = node.now()
         busy, points, used = 0.0, 0, np.zeros(3)
-        node.load()  # the first window starts now
+        self.read_load()  # the first window starts now
         for k, batch in enumerate(batches, start=1):
             busy += self.step(batch)
             points += len(batch)
             if k % every == 0 or k == len(batches):
-                load = node.load()
+                load = self.read_load()
                 self.predictor.observe(load, busy / points)
                 used += np.array(load) * (node.now() - window)
                 busy, points, window = 0.0, 0, node.now()
