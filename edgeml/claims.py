@@ -327,7 +327,7 @@ def _evaluate_trend(claim: Claim, rows: pd.DataFrame, result: dict, missing, uni
         return missing(f"no sweep {claim.run!r}")
     points = list(dict.fromkeys(run["point"]))
     if len(points) < (3 if claim.direction == "minimum" else 2):
-        return missing(f"{claim.run!r} sweeps {len(points)} point(s): too few for a {claim.direction} trend")
+        return missing(f"{claim.run!r} sweeps {len(points)} point(s): too few for the {claim.direction} trend")
     base = rows[rows["spec"] == claim.baseline] if claim.baseline else None
     if base is not None and base.empty:
         return missing(f"no sweep {claim.baseline!r}")
