@@ -160,10 +160,11 @@ class Monitor:
 
 
 def _csv_value(v: Any) -> Any:
-    """A float as its shortest exact text (numpy floats included: their repr is ``np.float64(...)``), NaN as
-    an empty cell."""
+    """A number as its shortest exact text, NaN as an empty cell. Numpy scalars (whose repr is
+    ``np.float32(...)``, ``np.True_``) become Python numbers first."""
+    if hasattr(v, "item") and hasattr(v, "dtype") and getattr(v, "ndim", 1) == 0:
+        v = v.item()
     if isinstance(v, float):
-        v = float(v)
         return repr(v) if math.isfinite(v) else ("" if math.isnan(v) else repr(v))
     return v
 

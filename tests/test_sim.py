@@ -289,3 +289,13 @@ def test_eval_models_average_mean_and_worst_describe_the_nodes_models(tmp_path):
                                                     f"eval.models='{how}'"])) / "evals.csv")["loss"].tolist()
              for how in ("average", "worst")]
     assert alone[0] == alone[1]
+
+
+def test_series_tables_write_numpy_scalars_as_plain_numbers():
+    import numpy as np
+
+    from edgeml.metrics import _csv_value
+
+    assert _csv_value(np.float64(0.1)) == "0.1" and _csv_value(np.float32(0.5)) == "0.5"
+    assert _csv_value(np.int64(3)) == 3 and _csv_value(np.True_) is True
+    assert _csv_value(np.float64("nan")) == "" and _csv_value(float("inf")) == "inf"
