@@ -27,6 +27,7 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
@@ -301,6 +302,25 @@ def _split_by_other_keys(df: pd.DataFrame, x: str) -> pd.DataFrame:
     return out
 
 
+def _label_levels(ax: Axes, levels: list[tuple[float, str]], values: pd.Series, st: Styles) -> None:
+    """Name each reference level "<method> (not swept)" at the panel's left edge; levels closer than 3% of the
+    panel's range of values share one label ("a, b (not swept)"), so that equal levels do not print over each
+    other."""
+    finite = pd.to_numeric(values, errors="coerce").dropna()
+    span = float(finite.max() - finite.min()) if len(finite) else 0.0
+    groups: list[list[tuple[float, str]]] = []
+    for ym, method in sorted(levels):
+        if groups and abs(ym - groups[-1][0][0]) <= 0.03 * span:
+            groups[-1].append((ym, method))
+        else:
+            groups.append([(ym, method)])
+    for group in groups:
+        names = [m for _, m in group]
+        ax.annotate(f"{', '.join(names)} (not swept)", (0.01, group[0][0]), xycoords=("axes fraction", "data"),
+                    xytext=(0, 3), textcoords="offset points", fontsize=8,
+                    color=st.colour[names[0]] if len(names) == 1 else "0.25")
+
+
 def against(df: pd.DataFrame, x: str, ys: list[str], labels: dict[str, str], context: str = "") -> Figure:
     """One panel per metric in ``ys`` against ``x`` (a swept setting or a measured quantity): per method and
     sweep point the mean over seeds with 95% bootstrap error bars (in x too when x is measured), one line per
@@ -333,6 +353,7 @@ def against(df: pd.DataFrame, x: str, ys: list[str], labels: dict[str, str], con
         return v * 2 ** dodge[method] if logx else v + dodge[method]
 
     for ax, y in zip(axes, ys):
+        levels: list[tuple[float, str]] = []
         for method in st.methods:
             d = df[(df["method"] == method) & df[y].notna()]
             if method in reference:
@@ -341,8 +362,7 @@ def against(df: pd.DataFrame, x: str, ys: list[str], labels: dict[str, str], con
                     ax.axhline(ym, color=st.colour[method], ls="--", lw=1.2)
                     if yh > yl:
                         ax.axhspan(yl, yh, color=st.colour[method], alpha=0.12, lw=0)
-                    ax.annotate(f"{method} (not swept)", (0.01, ym), xycoords=("axes fraction", "data"),
-                                xytext=(0, 3), textcoords="offset points", fontsize=8, color=st.colour[method])
+                    levels.append((ym, method))
                 continue
             pts = []
             for k, (point, g) in enumerate(d.groupby("point", sort=False)):
@@ -364,6 +384,7 @@ def against(df: pd.DataFrame, x: str, ys: list[str], labels: dict[str, str], con
             if pts:
                 px, py = zip(*sorted(pts))
                 ax.plot(px, py, color=st.colour[method], lw=1.3, alpha=0.8)
+        _label_levels(ax, levels, df[y], st)
         if logx:
             ax.set_xscale("log", base=2)
         if numeric:

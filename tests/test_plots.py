@@ -154,6 +154,18 @@ def test_against_draws_an_unswept_reference_as_a_level():
     assert [t.get_text() for t in ax.texts] == ["centralized (not swept)"]
 
 
+def test_against_names_equal_reference_levels_once():
+    # ADACOMM and Fixed ADACOMM run at one delay beside swept methods, with equal results: one shared label,
+    # not two printed over each other; a distant level keeps its own
+    rows = [{"method": "adsp", "point": f"network.commit_delay_s={d}", "seed": s, "network.commit_delay_s": d,
+             "time_to_target": 300.0 + 20 * d} for d in (0.0, 4.0) for s in (0, 1)]
+    rows += [{"method": m, "point": "", "seed": s, "network.commit_delay_s": 0.0, "time_to_target": t}
+             for m, t in (("adacomm", 520.0), ("fixed_adacomm", 521.0), ("bsp", 900.0)) for s in (0, 1)]
+    ax = plots.against(pd.DataFrame(rows), "network.commit_delay_s", ["time_to_target"], {}).axes[0]
+    assert sorted(t.get_text() for t in ax.texts) == ["adacomm, fixed_adacomm (not swept)", "bsp (not swept)"]
+    assert len([ln for ln in ax.lines if ln.get_linestyle() == "--"]) == 3
+
+
 def test_against_sets_methods_with_equal_results_side_by_side():
     # SNAP-0 and SNO make the same iterates: their points must not hide each other at a swept setting's values
     rows = [{"method": m, "point": f"network.degree={d}", "seed": s, "network.degree": d, "iterations": 400.0}
