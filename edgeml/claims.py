@@ -18,7 +18,11 @@ and, for comparisons, a baseline run. Kinds:
   experiment's order): ``direction = "increasing"`` or ``"decreasing"`` (the least-squares change from the
   first point to the last) or ``"minimum"`` (the best interior point is below both ends: the dip). With a
   ``baseline`` (another sweep over the same key) the per-point quantity is the ``effect`` against the
-  baseline's same point (``reduction``, ``ratio`` or ``difference``); otherwise the run's own value.
+  baseline's same point (``reduction``, ``ratio`` or ``difference``); otherwise the run's own value. Where a
+  seed was censored at some point the statistic is bounded (``trend_bounds``: it is monotone in each value):
+  the bound on the paper's side can prove the trend ("holds (>= x)"), the other bound can disprove it, and a
+  censored point that cannot change the statistic (a middle point of three, a high end of a dip) leaves it
+  measured.
 
 The data are a tidy *samples* table (one row per run, seed, metric and target: ``lo``/``hi`` equal when
 measured, ``hi`` infinite when a run never reached the target) built by ``edgeml.report.claim_samples``.
@@ -348,31 +352,70 @@ def _evaluate_trend(claim: Claim, rows: pd.DataFrame, result: dict, missing, uni
         return missing(f"no seed at every point of {claim.run!r}")
     lo = np.array([[p.loc[s, "lo"] for p in per_point] for s in seeds], dtype=float)
     hi = np.array([[p.loc[s, "hi"] for p in per_point] for s in seeds], dtype=float)
-    exact = (lo == hi).all(axis=1)
-    stats = np.array([trend_statistic(row, claim.direction) if ok else math.nan for row, ok in zip(lo, exact)])
-    open_ = not exact.all()
-    iv = mean_interval(np.where(exact, stats, -math.inf), np.where(exact, stats, math.inf))
+    bounds = np.array([trend_bounds(a, b, claim.direction) for a, b in zip(lo, hi)]).reshape(len(seeds), 2)
+    iv = mean_interval(bounds[:, 0], bounds[:, 1])
     res = float(np.nanmax([p["resolution"].max() for p in per_point]))
     timed = unit and claim.effect in ("value", "difference")
-    resolved = not (timed and not open_ and abs(iv.low) < res)
-    means = ", ".join(f"{pt.split('=', 1)[-1]}: {_fmt(claim, float(p['lo'].mean()), effect=True)}"
-                      if (p["lo"] == p["hi"]).all() else f"{pt.split('=', 1)[-1]}: censored"
-                      for pt, p in zip(points, per_point))
+    means = ", ".join(f"{pt.split('=', 1)[-1]}: {_point_text(claim, p)}" for pt, p in zip(points, per_point))
     name = "dip" if claim.direction == "minimum" else "change"
-    measured = f"{means}; {name} " + (_measured(iv, claim, False, False) if not open_ else "n/a (censored points)")
-    verdict = "inconclusive (censored points)" if open_ else decide(iv, claim, False, False, resolved)
-    return Result(**result, measured=measured, n=len(seeds), resolution=_resolution_text(res, unit if timed else ""),
-                  verdict=verdict)
+    if (bounds[:, 0] == bounds[:, 1]).all():  # every seed's statistic measured (censoring, if any, did not matter)
+        resolved = not (timed and abs(iv.low) < res)
+        verdict, shown = decide(iv, claim, False, False, resolved), _measured(iv, claim, False, False)
+    else:
+        verdict, shown = _decide_trend_bound(iv, bounds, claim, res if timed else 0.0)
+    return Result(**result, measured=f"{means}; {name} {shown}", n=len(seeds),
+                  resolution=_resolution_text(res, unit if timed else ""), verdict=verdict)
+
+
+def _decide_trend_bound(iv: Interval, bounds: np.ndarray, claim: Claim, res: float) -> tuple[str, str]:
+    """(verdict, measured) for a trend whose statistic is only bounded on some seeds: the bound on the paper's
+    side proves the trend ("holds (>= x)"), the other bound can disprove it; else inconclusive."""
+    proving = (False, True) if claim.sign > 0 else (True, False)  # (lo_open, hi_open): the known side is proved on
+    fallback = None
+    for lo_open, hi_open in (proving, proving[::-1]):
+        side = bounds[:, 0] if hi_open else bounds[:, 1]
+        if not np.isfinite(side).all():
+            continue
+        resolved = not abs(iv.low if hi_open else iv.high) < res
+        verdict = decide(iv, claim, lo_open, hi_open, resolved)
+        shown = _measured(iv, claim, lo_open, hi_open)
+        if verdict.startswith(("holds", "does not hold")):
+            return verdict, shown
+        fallback = fallback or (verdict, shown)
+    return fallback or ("inconclusive (censored points)", "n/a (censored points)")
+
+
+def _point_text(claim: Claim, p: pd.DataFrame) -> str:
+    """A sweep point's mean effect in a trend's measured text; a bound where seeds were censored."""
+    lo, hi = float(p["lo"].mean()), float(p["hi"].mean())
+    if lo == hi:
+        return _fmt(claim, lo, effect=True)
+    if math.isfinite(lo) and math.isfinite(hi):
+        return f"{_fmt(claim, lo, effect=True)} to {_fmt(claim, hi, effect=True)}"
+    if math.isfinite(lo) or math.isfinite(hi):
+        return f"{'>=' if math.isfinite(lo) else '<='} {_fmt(claim, lo if math.isfinite(lo) else hi, effect=True)}"
+    return "censored"
+
+
+def trend_bounds(lo: np.ndarray, hi: np.ndarray, direction: str) -> tuple[float, float]:
+    """The lowest and highest ``trend_statistic`` over values known only as intervals [lo_i, hi_i] (equal where
+    measured; a censored point is open on one side). The statistic is monotone in each value, so each bound
+    takes every value at the matching end."""
+    if direction == "minimum":
+        return (float(min(lo[0], lo[-1]) - hi[1:-1].min()), float(min(hi[0], hi[-1]) - lo[1:-1].min()))
+    x = np.arange(lo.size, dtype=float)
+    w = (x - x.mean()) / ((x - x.mean()) ** 2).sum() * (lo.size - 1)  # the statistic is sum(w * values)
+    with np.errstate(invalid="ignore"):
+        low = np.where(w > 0, w * lo, np.where(w < 0, w * hi, 0.0)).sum()
+        high = np.where(w > 0, w * hi, np.where(w < 0, w * lo, 0.0)).sum()
+    return float(low), float(high)
 
 
 def trend_statistic(values: np.ndarray, direction: str) -> float:
     """``increasing``/``decreasing``: the least-squares line's change from the first point to the last (points
     equally spaced, so the statistic does not depend on the sweep's scale); ``minimum``: how far the lowest
     interior point lies below the lower end."""
-    if direction == "minimum":
-        return float(min(values[0], values[-1]) - values[1:-1].min())
-    x = np.arange(values.size, dtype=float)
-    return float(np.polyfit(x, values, 1)[0] * (values.size - 1))
+    return trend_bounds(values, values, direction)[0]
 
 
 # ------------------------------------------------------------------------------------------ text

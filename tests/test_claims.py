@@ -217,6 +217,8 @@ def test_claims_on_a_sweep_are_checked_at_every_point():
 
 def test_trend_statistics_by_hand():
     assert trend_statistic(np.array([1.0, 2.0, 3.0]), "increasing") == pytest.approx(2.0)
+    v = np.array([3.0, 1.0, 2.0, 5.0])  # the least-squares line's change over the sweep
+    assert trend_statistic(v, "increasing") == pytest.approx(np.polyfit(np.arange(4.0), v, 1)[0] * 3)
     assert trend_statistic(np.array([3.0, 1.0, 2.0, 4.0]), "minimum") == pytest.approx(2.0)  # min(3, 4) - 1
     rows = [("rate[adsp.fixed_rate=%d]" % k, s, t + 10 * s, t + 10 * s, f"adsp.fixed_rate={k}")
             for k, t in ((1, 240.0), (2, 180.0), (4, 200.0), (8, 260.0)) for s in (0, 1, 2)]
@@ -224,8 +226,41 @@ def test_trend_statistics_by_hand():
     c = Claim("t", "time_to_target", "rate", "trend", None, None, direction="minimum")
     r = verdict(c, table)
     assert r.verdict == "holds" and "dip 60 s" in r.measured  # 240 - 180
+    # a censored end that cannot be the lower end leaves the dip measured exactly
     censored = samples(rows[:-1] + [("rate[adsp.fixed_rate=8]", 2, 1000.0, INF, "adsp.fixed_rate=8")])
-    assert verdict(c, censored).verdict == "inconclusive (censored points)"
+    assert verdict(c, censored).verdict == "holds"
+    # both interior points of one seed censored: its dip is at most 260 - 1000, so only "does not hold" can be
+    # proved, and the other seeds' dips (60 s) keep the mean's upper bound above zero
+    late = {"adsp.fixed_rate=2", "adsp.fixed_rate=4"}
+    censored = samples([(r, s, 1000.0, INF, pt) if s == 2 and pt in late else (r, s, a, b, pt)
+                        for r, s, a, b, pt in rows])
+    r = verdict(c, censored)
+    assert r.verdict == "inconclusive (<= -207 s)" and "dip <= -207 s" in r.measured  # (60 + 60 - 740) / 3
+
+
+def test_a_trend_with_a_censored_point_is_decided_on_its_bound():
+    # ADSP's speed-up over BSP against the delay: BSP never reaches the target at the last delay, so the
+    # speed-up there is at least budget / ADSP's time, and the change from the first point is bounded below
+    def table(base_times):
+        rows = []
+        for k, (new, base) in enumerate(zip((300.0, 400.0, 500.0), base_times)):
+            pt = f"network.commit_delay_s={4 * k}"
+            for s in (0, 1, 2):
+                b_lo, b_hi = (base, base) if math.isfinite(base) else (1200.0, INF)
+                rows += [(f"new[{pt}]", s, new + s, new + s, pt), (f"base[{pt}]", s, b_lo, b_hi, pt)]
+        return samples(rows)
+
+    c = Claim("t", "time_to_target", "new", "trend", "base", None, direction="increasing", effect="ratio")
+    grows = verdict(c, table((600.0, 1000.0, INF)))  # ratios 2.0, 2.5, >= 2.4
+    assert grows.verdict == "holds (>= 0.40x)" and "8: >= 2.40x" in grows.measured
+    assert "[95% CI of the bound" in grows.measured
+    falls = verdict(c, table((INF, 600.0, 700.0)))  # >= 4.0, 1.5, 1.4: only an upper bound on the change
+    assert falls.verdict.startswith("does not hold (<= ")
+    c_down = Claim("t", "time_to_target", "new", "trend", "base", None, direction="decreasing", effect="ratio")
+    assert verdict(c_down, table((INF, 600.0, 700.0))).verdict.startswith("holds (<= ")
+    # censored at both ends: neither bound is finite
+    both = verdict(c, table((INF, 600.0, INF)))
+    assert both.verdict == "inconclusive (censored points)" and "change n/a (censored points)" in both.measured
 
 
 def test_missing_runs_and_metrics_are_not_measured():
