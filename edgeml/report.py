@@ -341,6 +341,8 @@ def group_table(per_run: pd.DataFrame, baseline: list[str] | None = None) -> pd.
                 r, b = c.loc[pairs], base.loc[pairs]
                 lo, hi = pair_effect("ratio", r["time_to_target_bound"], r["time_to_target_hi"],
                                      b["time_to_target_bound"], b["time_to_target_hi"])
+                if label in baseline:  # the baseline against itself: 1x by definition, censored or not
+                    lo = hi = pd.Series(1.0, index=pairs)
                 iv = mean_interval(lo, hi)
                 row.update(speedup=iv.point, speedup_low=iv.low, speedup_high=iv.high, speedup_ci_low=iv.ci_low,
                            speedup_ci_high=iv.ci_high)

@@ -144,7 +144,7 @@ def test_a_censored_side_gives_a_bound_never_a_number(tmp_path):
     assert math.isnan(t.loc["asp", "speedup"]) and t.loc["asp", "speedup_low"] == 5.0
     assert math.isinf(t.loc["asp", "speedup_high"])
     md = cmp.markdown()
-    assert "| bsp | 1 | 0.300 | 0.300 | > 10 (never) |" in md
+    assert "| bsp | 1 | 0.300 | 0.300 | > 10 (never) | 1.00x |" in md  # itself: 1x even though censored
     assert "| asp | 1 | 0.850 | 0.850 | 2 | >= 5.00x |" in md
     assert "| ssp | 1 | 0.300 | 0.300 | > 6 (never) | n/a (both censored) |" in md
 
