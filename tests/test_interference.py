@@ -72,7 +72,8 @@ def test_a_cpu_workload_raises_observed_cpu_load():
         time.sleep(1.5)
         b, i = busy.read(), idle.read()
     assert b.cpu > 0.2 and i.cpu < 0.05, (b, i)  # alone it takes a core; on a crowded host a fair share
-    assert b.net == b.disk == 0.0 and i == (0.0, 0.0, 0.0)
+    # the idle one may be charged a clock tick (10 ms) of CPU for waking from its sleeps: within the bound above
+    assert b.net == b.disk == 0.0 and (i.net, i.disk) == (0.0, 0.0)
 
 
 def test_io_workloads_raise_observed_disk_and_net_load(tmp_path):
@@ -106,7 +107,8 @@ def test_stop_ends_every_process_and_a_workload_keeps_its_window():
 
 
 PARENT = """
-import json, math, sys, time
+import json, math, signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as in a terminal, even if started with it ignored
 from collections import namedtuple
 from edgeml.runtime.interference import Supervisor
 W = namedtuple("W", "rank kind intensity start end")
