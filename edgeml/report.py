@@ -319,6 +319,7 @@ def group_table(per_run: pd.DataFrame, baseline: list[str] | None = None) -> pd.
     """One row per run label: means over seeds, bootstrap intervals, reach and paired speedup."""
     rows = []
     base = _by_pair(per_run[per_run["run"].isin(baseline)]) if baseline else None
+    base_labels = per_run[per_run["run"].isin(baseline or [])].groupby("_pair")["run"].agg(set)
     for label, g in per_run.groupby("run", sort=False):
         c = _by_pair(g)
         row: dict[str, Any] = {"run": label, **{k: g[k].iloc[0] for k in CONTEXT}, "seeds": int(c["seed"].nunique()),
@@ -341,7 +342,7 @@ def group_table(per_run: pd.DataFrame, baseline: list[str] | None = None) -> pd.
                 r, b = c.loc[pairs], base.loc[pairs]
                 lo, hi = pair_effect("ratio", r["time_to_target_bound"], r["time_to_target_hi"],
                                      b["time_to_target_bound"], b["time_to_target_hi"])
-                if label in baseline:  # the baseline against itself: 1x by definition, censored or not
+                if all(base_labels[p] == {label} for p in pairs):  # the baseline itself: 1x, censored or not
                     lo = hi = pd.Series(1.0, index=pairs)
                 iv = mean_interval(lo, hi)
                 row.update(speedup=iv.point, speedup_low=iv.low, speedup_high=iv.high, speedup_ci_low=iv.ci_low,

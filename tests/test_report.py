@@ -149,6 +149,14 @@ def test_a_censored_side_gives_a_bound_never_a_number(tmp_path):
     assert "| ssp | 1 | 0.300 | 0.300 | > 6 (never) | n/a (both censored) |" in md
 
 
+def test_only_a_baseline_alone_at_its_pairs_is_1x_by_definition(tmp_path):
+    # two BSP runs of one seed and environment are both the baseline: each is compared with their mean
+    make_run(tmp_path, "bsp", "bsp", 0, **reach_at(2), label="bsp")
+    make_run(tmp_path, "bsp-slow", "bsp", 0, **reach_at(6), label="bsp-slow")
+    t = compare(load_runs([str(tmp_path)]), Target("accuracy", 0.8), "bsp").table.set_index("run")
+    assert (t.loc["bsp", "speedup"], t.loc["bsp-slow", "speedup"]) == (2.0, 4 / 6)
+
+
 def test_several_targets_are_tabled_with_bounds(tmp_path):
     for seed, reach in ((0, 3), (1, 5)):
         make_run(tmp_path, f"a{seed}", "asp", seed, times=list(range(8)),
