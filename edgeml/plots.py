@@ -258,7 +258,12 @@ def bars(reach: pd.DataFrame, target: str, context: str = "") -> Figure:
     st = Styles.of(reach)
     grouped = len(st.settings) > 1
     groups = st.settings if grouped else [""]
-    fig, axes = _figure(1, 2, max(8.0, 2 * (1.0 + 0.9 * len(st.methods) * (len(groups) if grouped else 1))), 4.4)
+    # a group of bars is as wide as its methods need, and at least as wide as its tick label's longest line
+    label_in = max((len(line) for s in groups for line in _wrap(st.setting_names[s]).split("\n")), default=0) * 0.085
+    group_in = max(0.9 * len(st.methods), label_in + 0.2) if grouped else 0.9 * len(st.methods)
+    width = max(8.0, 2 * (1.0 + group_in * (len(groups) if grouped else 1)))
+    fig, axes = _figure(1, 2, width, 4.4)
+    lean = grouped and width > MAX_WIDTH  # the widest figure still too narrow: the labels lean rather than overlap
     width = 0.8 / len(st.methods)
     for ax, (q, label) in zip(axes, (("time", f"time until {target} (s)"), ("steps", f"steps until {target}"))):
         top = 0.0
@@ -272,7 +277,7 @@ def bars(reach: pd.DataFrame, target: str, context: str = "") -> Figure:
                                     d[f"{q}_hi"].to_numpy(float), st.colour[method]))
         ticks = [st.setting_names[s] for s in groups] if grouped else st.methods
         ax.set_xticks(range(len(ticks)), [_wrap(t) for t in ticks])
-        if not grouped and max(map(len, ticks)) > 8:  # long method names lean rather than overlap
+        if lean or (not grouped and max(map(len, ticks)) > 8):  # long names lean rather than overlap
             ax.tick_params(axis="x", labelrotation=25)
             for tick in ax.get_xticklabels():
                 tick.set_horizontalalignment("right")

@@ -96,6 +96,23 @@ def reach_frame() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def test_bars_with_long_setting_labels_never_print_them_over_each_other():
+    # AdaComp's Fig. 4 group: six settings named by three keys, one a long speed pattern
+    rows = [{"method": "adacomp", "seed": s, "time_lo": 5.0, "time_hi": 5.0, "steps_lo": 100.0, "steps_hi": 100.0,
+             "setting": f"data.train_samples={n},cluster.hetero={h},adacomp.c={c}"}
+            for n, h, c in [(0, "homogeneous", 0.1), (0, "homogeneous", 0.01), (0, "homogeneous", 0.001),
+                            (0, "1*60:19*80:199*60", 0.001), (12000, "homogeneous", 0.001),
+                            (12000, "1*60:19*80:199*60", 0.001)] for s in (0, 1)]
+    fig = plots.bars(pd.DataFrame(rows), "accuracy >= 0.8")
+    fig.canvas.draw()
+    assert fig.get_figwidth() <= plots.MAX_WIDTH
+    for ax in fig.axes[:2]:
+        labels = ax.get_xticklabels()
+        boxes = [t.get_window_extent() for t in labels]
+        apart = all(a.x1 <= b.x0 for a, b in zip(boxes, boxes[1:]))
+        assert apart or all(t.get_rotation() > 0 for t in labels)
+
+
 def test_bars_of_convergence_time_and_steps_with_censored_bars_hatched():
     fig = plots.bars(reach_frame(), "loss stays <= 0.9")
     time, steps = fig.axes[:2]
