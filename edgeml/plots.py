@@ -263,7 +263,8 @@ def bars(reach: pd.DataFrame, target: str, context: str = "") -> Figure:
     group_in = max(0.9 * len(st.methods), label_in + 0.2) if grouped else 0.9 * len(st.methods)
     width = max(8.0, 2 * (1.0 + group_in * (len(groups) if grouped else 1)))
     fig, axes = _figure(1, 2, width, 4.4)
-    lean = grouped and width > MAX_WIDTH  # the widest figure still too narrow: the labels lean rather than overlap
+    # where the widest figure still leaves a group less room than its label needs, the labels lean instead
+    lean = grouped and (min(width, MAX_WIDTH) / 2 - 1.0) / len(groups) < label_in + 0.1
     width = 0.8 / len(st.methods)
     for ax, (q, label) in zip(axes, (("time", f"time until {target} (s)"), ("steps", f"steps until {target}"))):
         top = 0.0

@@ -111,6 +111,12 @@ def test_bars_with_long_setting_labels_never_print_them_over_each_other():
         boxes = [t.get_window_extent() for t in labels]
         apart = all(a.x1 <= b.x0 for a, b in zip(boxes, boxes[1:]))
         assert apart or all(t.get_rotation() > 0 for t in labels)
+    # short labels stay upright however many bars there are (five methods at three delays)
+    rows = [{"method": m, "seed": 0, "time_lo": 5.0, "time_hi": 5.0, "steps_lo": 100.0, "steps_hi": 100.0,
+             "setting": f"network.commit_delay_s={d}"} for m in ("adsp", "bsp", "ssp", "adacomm", "fixed_adacomm")
+            for d in (0.0, 4.0, 8.0)]
+    fig = plots.bars(pd.DataFrame(rows), "loss <= 0.9")
+    assert all(t.get_rotation() == 0 for ax in fig.axes[:2] for t in ax.get_xticklabels())
 
 
 def test_bars_of_convergence_time_and_steps_with_censored_bars_hatched():
