@@ -370,7 +370,8 @@ def _evaluate_trend(claim: Claim, rows: pd.DataFrame, result: dict, missing, uni
 def _decide_trend_bound(iv: Interval, bounds: np.ndarray, claim: Claim, res: float) -> tuple[str, str]:
     """(verdict, measured) for a trend whose statistic is only bounded on some seeds: the bound on the paper's
     side proves the trend ("holds (>= x)"), the other bound can disprove it; else inconclusive."""
-    proving = (False, True) if claim.sign > 0 else (True, False)  # (lo_open, hi_open): the known side is proved on
+    # (lo_open, hi_open) as ``decide`` takes them: the side that can prove the trend is the one left known
+    proving = (False, True) if claim.sign > 0 else (True, False)
     fallback = None
     for lo_open, hi_open in (proving, proving[::-1]):
         side = bounds[:, 0] if hi_open else bounds[:, 1]

@@ -50,14 +50,9 @@ def measured_text(runs: list[Run]) -> str:
 
 
 def group_settings(runs: list[Run]) -> dict[str, str]:
-    """Each run's setting within a figure (by path): the config keys in which runs of one method differ there.
-    A key a run's config lacks (written before the key existed) counts as its default, so it splits nothing."""
-    from edgeml.config import Config
-
-    defaults = {f"{s}.{k}": v for s, values in Config().to_dict().items() if isinstance(values, dict)
-                for k, v in values.items()}
-    flat = {str(r.path): {**{k: v for k, v in defaults.items() if k.split(".")[0] in r.config}, **flat_config(r)}
-            for r in runs}
+    """Each run's setting within a figure (by path): the config keys in which runs of one method differ there
+    (``flat_config``: a key an older run lacks counts as its default, so it splits nothing)."""
+    flat = {str(r.path): flat_config(r) for r in runs}
     out = {}
     for method in dict.fromkeys(r.method for r in runs):
         paths = [str(r.path) for r in runs if r.method == method]

@@ -261,10 +261,10 @@ def bars(reach: pd.DataFrame, target: str, context: str = "") -> Figure:
     # a group of bars is as wide as its methods need, and at least as wide as its tick label's longest line
     label_in = max((len(line) for s in groups for line in _wrap(st.setting_names[s]).split("\n")), default=0) * 0.085
     group_in = max(0.9 * len(st.methods), label_in + 0.2) if grouped else 0.9 * len(st.methods)
-    width = max(8.0, 2 * (1.0 + group_in * (len(groups) if grouped else 1)))
-    fig, axes = _figure(1, 2, width, 4.4)
+    fig_in = min(MAX_WIDTH, max(8.0, 2 * (1.0 + group_in * (len(groups) if grouped else 1))))
+    fig, axes = _figure(1, 2, fig_in, 4.4)
     # where the widest figure still leaves a group less room than its label needs, the labels lean instead
-    lean = grouped and (min(width, MAX_WIDTH) / 2 - 1.0) / len(groups) < label_in + 0.1
+    lean = grouped and (fig_in / 2 - 1.0) / len(groups) < label_in + 0.1
     width = 0.8 / len(st.methods)
     for ax, (q, label) in zip(axes, (("time", f"time until {target} (s)"), ("steps", f"steps until {target}"))):
         top = 0.0

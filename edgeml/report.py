@@ -39,6 +39,7 @@ from rich.table import Table
 
 import edgeml
 from edgeml.claims import TARGET_METRICS, pair_effect
+from edgeml.config import Config
 from edgeml.convergence import COLUMNS, RULES, UNITS, Reach, Target, reach
 from edgeml.errors import UserError
 from edgeml.stats import bootstrap_ci, mean_interval
@@ -190,8 +191,19 @@ def load_run(path: Path) -> Run:
 
 
 def flat_config(run: Run) -> dict[str, Any]:
-    return {f"{s}.{k}": v for s, values in run.config.items() if isinstance(values, dict)
+    """The run's config as {"section.key": value}. A key its config lacks (written before the key existed)
+    counts as its default, so old and new runs differ only where they do."""
+    return {**_config_defaults(), **_flatten(run.config)}
+
+
+def _flatten(config: dict) -> dict[str, Any]:
+    return {f"{s}.{k}": v for s, values in config.items() if isinstance(values, dict)
             for k, v in values.items() if f"{s}.{k}" not in NOT_CONFIG}
+
+
+@functools.cache
+def _config_defaults() -> dict[str, Any]:
+    return _flatten(Config().to_dict())
 
 
 def fmt_value(v: Any) -> str:

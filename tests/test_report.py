@@ -149,6 +149,16 @@ def test_a_censored_side_gives_a_bound_never_a_number(tmp_path):
     assert "| ssp | 1 | 0.300 | 0.300 | > 6 (never) | n/a (both censored) |" in md
 
 
+def test_a_key_an_older_run_lacks_counts_as_its_default(tmp_path):
+    # a run written before stop.diverged existed, beside one that sets it to its default: one configuration
+    make_run(tmp_path, "old", "bsp", 0, **reach_at(2))
+    make_run(tmp_path, "new", "bsp", 1, **reach_at(2), config={"stop": {"diverged": False}})
+    make_run(tmp_path, "other", "bsp", 2, **reach_at(2), config={"stop": {"diverged": True}})
+    labels = {r.path.name: r.label for r in load_runs([str(tmp_path)])}
+    assert labels == {"old": "bsp[stop.diverged=false]", "new": "bsp[stop.diverged=false]",
+                      "other": "bsp[stop.diverged=true]"}
+
+
 def test_only_a_baseline_alone_at_its_pairs_is_1x_by_definition(tmp_path):
     # two BSP runs of one seed and environment are both the baseline: each is compared with their mean
     make_run(tmp_path, "bsp", "bsp", 0, **reach_at(2), label="bsp")
