@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from edgeml.config import COMMON_SECTIONS, RANGES, ClusterSection, DataSection, RunSection, StopSection
+from edgeml.schema import COMMON_SECTIONS, ClusterSection, DataSection, RunSection, StopSection, range_of
 from edgeml.errors import UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
@@ -209,7 +209,7 @@ def _algorithm_table(spec) -> Table:
 
 def _settings_table(section: str, cls: type, title: str) -> Table:
     """One row per setting: name, type, default and its docstring; ``--set section.name=value`` changes it."""
-    from edgeml.config import describe_fields
+    from edgeml.schema import describe_fields
 
     t = Table(title=Text(title), caption=Text(f"[{section}] in a config file, or --set {section}.NAME=VALUE"),
               title_justify="left", caption_justify="left")
@@ -300,9 +300,10 @@ def reproduce(
             raise UserError(f"--seeds {seeds!r}: give comma-separated integers, e.g. --seeds 0,1,2") from None
         if len(set(seed_list)) < len(seed_list):
             raise UserError(f"--seeds {seeds!r} names a seed twice: give each seed once, e.g. --seeds 0,1,2")
-        bad = next((s for s in seed_list if not RANGES["run.seed"].admits(s)), None)
+        seed_range = range_of(RunSection, "seed")
+        bad = next((s for s in seed_list if not seed_range.admits(s)), None)
         if bad is not None:
-            raise UserError(f"--seeds {seeds!r}: seed {bad} is out of range: use {RANGES['run.seed'].describe(True)}")
+            raise UserError(f"--seeds {seeds!r}: seed {bad} is out of range: use {seed_range.describe(True)}")
     line = " ".join(["edgeml reproduce", paper] + (["--quick"] if quick else []) + ([f"--out {out}"] if out else [])
                     + ([f"--seeds {seeds}"] if seeds else []) + ([f"--backend {backend}"] if backend else []))
     print(run_experiment(paper, quick, out, seed_list, backend, command_line=line, resume=resume, only=only,

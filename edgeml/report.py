@@ -39,7 +39,7 @@ from rich.table import Table
 
 import edgeml
 from edgeml.claims import TARGET_METRICS, pair_effect
-from edgeml.config import Config
+from edgeml.schema import Config
 from edgeml.convergence import COLUMNS, RULES, UNITS, Reach, Target, reach
 from edgeml.errors import UserError
 from edgeml.stats import bootstrap_ci, mean_interval

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 import edgeml
-from edgeml.config import Config
+from edgeml.schema import Config
 from edgeml.errors import UserError
 from edgeml.metrics import Monitor, RunWriter, error_report
 from edgeml.train import Job, build_job

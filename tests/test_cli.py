@@ -232,7 +232,7 @@ def _settings_docs():
     """Every setting the CLI lists: the common sections and the shipped algorithms (test plugins registered in
     this process are unknown to the CLI's own process)."""
     from edgeml.algorithms import BUILTIN, REGISTRY
-    from edgeml.config import COMMON_SECTIONS, describe_fields
+    from edgeml.schema import COMMON_SECTIONS, describe_fields
 
     for section, cls in [*COMMON_SECTIONS.items(), *((n, REGISTRY[n].config) for n in BUILTIN)]:
         for name, _, _, doc in describe_fields(cls):

@@ -8,7 +8,8 @@ import typing
 
 import pytest
 
-from edgeml.config import COMMON_SECTIONS, RANGES, Config, load_config, parse_overrides, parse_set_value, read_toml
+from edgeml.config import load_config, parse_overrides, parse_set_value, read_toml
+from edgeml.schema import COMMON_SECTIONS, Config, range_of
 from edgeml.errors import UserError
 from edgeml.hetero import Link, build_cluster, heterogeneity_degree, speeds
 try:
@@ -49,14 +50,17 @@ def test_bad_profiles(bad, message):
     assert message in str(err.value)
 
 
-def test_every_common_number_has_a_range():
-    """The walk refuses nan and inf everywhere; a range must exist for every number of the common sections."""
-    for section, cls in COMMON_SECTIONS.items():
+def test_every_number_declares_its_range_beside_its_field():
+    """The walk refuses nan and inf everywhere; every number of every common section and of every shipped
+    algorithm's config declares its range with its field (``schema.ranged``), so one function checks them all."""
+    from edgeml.algorithms import BUILTIN, REGISTRY
+
+    classes = [*COMMON_SECTIONS.items(), *((name, REGISTRY[name].config) for name in BUILTIN)]
+    for section, cls in classes:
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
-            if hints[f.name] in (int, float):
-                assert f"{section}.{f.name}" in RANGES, f"{section}.{f.name} has no range"
-    assert set(RANGES) <= {f"{s}.{f.name}" for s, cls in COMMON_SECTIONS.items() for f in dataclasses.fields(cls)}
+            if hints[f.name] in (int, float, list[int], list[float]):
+                assert range_of(cls, f.name) is not None, f"{section}.{f.name} has no range"
 
 
 @pytest.mark.parametrize("override, message", [

@@ -1,0 +1,406 @@
+"""What a configuration is: the common sections' typed fields, their ranges, and the one check of them.
+
+A run is described by one ``Config``: the common sections below plus one section named after the algorithm
+holding that algorithm's own dataclass (``[ssp] staleness = 3``). Every number's allowed range is declared
+beside its field with ``ranged`` (``lr: float = ranged(0.1, gt=0)``), for the common sections and for every
+algorithm alike, and ``check_fields`` enforces them all: no number anywhere may be nan or inf, and each must
+lie in its field's range (every element of a list, for a list field). A config class's ``validate(cfg)``
+keeps only the rules that involve several fields. Loading a config (TOML, ``--set``, the algorithm's section,
+paths and data) is ``edgeml.config``'s; this module imports nothing of edgeml but its errors, so every layer
+may use it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from edgeml.errors import UserError
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a number may take: finite, above ``lo`` (``lo < x`` when ``open_lo``, else ``lo <= x``) and
+    below ``hi`` (likewise with ``open_hi``)."""
+
+    lo: float = -math.inf
+    hi: float = math.inf
+    open_lo: bool = False
+    open_hi: bool = False
+    zero: str = ""
+    """What 0 means where it is allowed and special; the message says it, so the fix is in the one line."""
+
+    def admits(self, x: float) -> bool:
+        return (math.isfinite(x) and (x > self.lo if self.open_lo else x >= self.lo)
+                and (x < self.hi if self.open_hi else x <= self.hi))
+
+    def describe(self, whole: bool) -> str:
+        kind = "a whole number" if whole else "a number"
+        if self.hi < math.inf and self.lo > -math.inf:
+            text = (f"{kind} in {'(' if self.open_lo else '['}{_num(self.lo)}, {_num(self.hi)}"
+                    f"{')' if self.open_hi else ']'}")
+        elif self.lo > -math.inf:
+            text = f"{kind} {'>' if self.open_lo else '>='} {_num(self.lo)}"
+        elif self.hi < math.inf:
+            text = f"{kind} {'<' if self.open_hi else '<='} {_num(self.hi)}"
+        else:
+            text = f"a finite {kind[2:]}"
+        return f"{text} (0 means {self.zero})" if self.zero else text
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def ranged(default: Any = dataclasses.MISSING, *, ge: float | None = None, gt: float | None = None,
+           le: float | None = None, lt: float | None = None, zero: str = "",
+           default_factory: Any = dataclasses.MISSING) -> Any:
+    """A dataclass field whose number (or every number of its list) must lie in the given bounds:
+    ``ge``/``gt`` below, ``le``/``lt`` above; ``zero`` says what 0 means where it is special."""
+    if (ge is not None and gt is not None) or (le is not None and lt is not None):
+        raise TypeError("ranged: give one lower bound (ge or gt) and one upper bound (le or lt)")
+    rule = Range(lo=-math.inf if ge is None and gt is None else (gt if gt is not None else ge),
+                 hi=math.inf if le is None and lt is None else (lt if lt is not None else le),
+                 open_lo=gt is not None, open_hi=lt is not None, zero=zero)
+    return field(default=default, default_factory=default_factory, metadata={"range": rule})
+
+
+def range_of(cls_or_obj: Any, name: str) -> Range | None:
+    """The range declared for field ``name`` of a config dataclass, if any."""
+    f = next((f for f in dataclasses.fields(cls_or_obj) if f.name == name), None)
+    return f.metadata.get("range") if f is not None else None
+
+
+def _non_finite(key: str, value: Any) -> tuple[str, float] | None:
+    """The first nan or inf in a number, list or table, with the key that leads to it."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (key, value)
+    if isinstance(value, dict):
+        items = [(f"{key}.{k}", v) for k, v in value.items()]
+    elif isinstance(value, list):
+        items = [(f"{key}[{i}]", v) for i, v in enumerate(value)]
+    else:
+        return None
+    return next(filter(None, (_non_finite(k, v) for k, v in items)), None)
+
+
+def check_fields(section: str, obj: Any) -> None:
+    """Refuse nan and inf anywhere in a config section (lists of tables included), and any number outside
+    its field's declared range (each number of a list field too)."""
+    for f in dataclasses.fields(obj):
+        key, value = f"{section}.{f.name}", getattr(obj, f.name)
+        rule: Range | None = f.metadata.get("range")
+        bad = _non_finite(key, value)
+        if bad is not None:
+            where, x = bad
+            fix = rule.describe(whole=False) if rule and (where == key or where.startswith(f"{key}[")) \
+                else "a finite number"
+            raise UserError(f"{where} = {x} is not a finite number: use {fix}")
+        if rule is None:
+            continue
+        numbers = [(f"{key}[{i}]", v) for i, v in enumerate(value)] if isinstance(value, list) else [(key, value)]
+        for where, x in numbers:
+            if isinstance(x, bool) or not isinstance(x, (int, float)):
+                if isinstance(value, list):
+                    raise UserError(f"{where} = {x!r} is not a number: use {rule.describe(False)}")
+                continue
+            if not rule.admits(x):
+                raise UserError(f"{where} = {x!r} is out of range: use {rule.describe(isinstance(x, int))}")
+
+
+# --------------------------------------------------------------------------------------------- sections
+
+
+@dataclass
+class RunSection:
+    algorithm: str = "bsp"
+    """Registered algorithm name (``edgeml list``)."""
+    backend: Literal["procs", "sim"] = "procs"
+    """``procs``: one OS process per node over torch.distributed; ``sim``: virtual clock in one process."""
+    device: Literal["cpu", "cuda"] = "cpu"
+    """Where workers compute (``procs``); several workers may share one GPU."""
+    seed: int = ranged(0, ge=0, le=2**32 - 1)
+    """Seed of every random choice (data split, initial model, batches, failures): 0 to 2**32 - 1."""
+    out: str = "runs"
+    """Parent directory of run directories (created when missing; must be writable)."""
+    name: str = ""
+    """Run directory name (one path component); empty means ``<algorithm>-<dataset>-w<workers>-s<seed>-<time>``."""
+    threads: int = ranged(1, ge=1)
+    """torch threads per worker process (one per process keeps many workers from oversubscribing cores); sim
+    runs with this many too."""
+    max_procs_per_core: int = ranged(16, ge=1)
+    """procs: refuse a run of more node processes than this per core of the host (use the sim backend)."""
+
+
+@dataclass
+class DataSection:
+    dataset: str = "digits"
+    """Registered data set name (``edgeml list datasets``)."""
+    root: str = ""
+    """Existing directory holding the data set's original files, the only place searched when set (ignored by
+    the bundled ``digits`` and ``breast-cancer``); empty searches $EDGEML_DATA, ~/.cache/edgeml, system packages."""
+    download: bool = False
+    """Fetch through torchvision when the files are absent (never done implicitly)."""
+    partition: Literal["iid", "shards", "dirichlet", "sorted"] = "iid"
+    """How training samples are split over workers: same label mix, a few label-sorted shards, Dirichlet, or
+    class-sorted contiguous parts (``sorted``, ESync's non-iid split)."""
+    alpha: float = ranged(0.5, gt=0)
+    """Dirichlet concentration for ``partition = "dirichlet"`` (> 0; small means skewed workers)."""
+    shards_per_worker: int = ranged(2, ge=1)
+    """Label-sorted shards per worker for ``partition = "shards"``."""
+    batch_size: int = ranged(32, ge=1)
+    """Mini-batch size of every worker; at most the smallest worker's share of the training set."""
+    train_samples: int = ranged(0, ge=0, zero="the whole training set")
+    """Train on a seeded random subset of this many training samples, split over the workers (adacomp.txt
+    Table II's 20% training set); 0: all of them."""
+
+
+@dataclass
+class ModelSection:
+    name: str = ""
+    """Registered model name; empty picks the dataset's default (``mlp`` for tabular/8x8, ``lenet5`` otherwise)."""
+    width: float = ranged(1.0, gt=0)
+    """MobileNet-v2's width multiplier (other models refuse values other than 1)."""
+
+
+@dataclass
+class ClusterSection:
+    workers: int = ranged(4, ge=1)
+    """Number of workers (devices)."""
+    hetero: str = "homogeneous"
+    """Speed profile: ``homogeneous``, ratios of step times ``1:1:3``, ``H=3.2`` (target degree, adsp.txt
+    Sec. 5.2), ``ec2`` (ADSP's 18-worker mix), ``adacomp-3class``, ``cpu-gpu`` (ESync's mix)."""
+    base_step_s: float = ranged(0.0, ge=0, zero="calibrate on the host (procs) or 0.01 s (sim)")
+    """Step time of the fastest device. 0: calibrated on the host (procs) or 0.01 s (sim)."""
+    throttle: bool = True
+    """procs: sleep each step up to its emulated duration; off measures raw speed (benchmarks)."""
+    slowdowns: list[dict] = field(default_factory=list)
+    """Time-varying slowdowns: ``[{worker = 0, start = 10.0, end = 20.0, factor = 3.0}]``; ``node`` instead of
+    ``worker`` names any nodes (``{node = "ps", start = 0, factor = 2}``; see ``edgeml.env``), whose ``end`` may
+    be left out (until the run ends)."""
+    crashes: list[dict] = field(default_factory=list)
+    """Fail-stop schedule: ``[{worker = 1, time = 5.0}]``."""
+    crash_prob: float = ranged(0.0, ge=0, le=1)
+    """Probability that a worker fails (stops) right after each push (a send the algorithm marks as a failure
+    point with ``node.push``; queries and replies never fail)."""
+    devices: dict[str, Any] = field(default_factory=dict)
+    """Device kind per node, overriding ``run.device``: ``{cpu = "0-1", cuda = "2-5"}`` (worker indices, a role
+    like ``"ps"``, ``"worker:0-1"`` or ``"*"``; see ``edgeml.env``). ESync's testbed: 4 GPUs and 2 CPUs."""
+    throttle_mode: Literal["absolute", "scale"] = "absolute"
+    """procs: ``absolute`` sleeps each step up to ``base_step_s`` x factor; ``scale`` stretches the measured step
+    time by the factor, so real co-running load shows in step times."""
+    random_wait_s: float = ranged(0.0, ge=0, zero="no random wait")
+    """Mean random wait between a computation and its push (AdaComp's platform, adacomp.txt Sec. IV-A); 0: none."""
+    random_wait: Literal["exponential", "uniform"] = "exponential"
+    """Distribution of the random wait: ``exponential`` (memoryless) or ``uniform`` on [0, 2 x mean]."""
+
+
+@dataclass
+class NetworkSection:
+    latency_s: float = ranged(0.0, ge=0)
+    """One-way latency of each worker's access link."""
+    up_mbps: float = ranged(0.0, ge=0, zero="unlimited")
+    """Worker upload bandwidth in Mb/s (0: unlimited)."""
+    down_mbps: float = ranged(0.0, ge=0, zero="unlimited")
+    """Worker download bandwidth in Mb/s (0: unlimited)."""
+    commit_delay_s: float = ranged(0.0, ge=0)
+    """Extra delay added to every message a worker sends (adsp.txt Fig. 6)."""
+    links: list[dict] = field(default_factory=list)
+    """Per-worker overrides: ``[{worker = 2, latency_s = 0.05, up_mbps = 10, down_mbps = 100}]``."""
+    topology: Literal["star", "complete", "ring", "random", "edges"] = "star"
+    """Graph over all nodes: ``star`` (access links to one switch: the fields above), ``complete``, ``ring`` (in
+    rank order), ``random`` (connected, average ``degree``, seeded) or ``edges`` (the list ``edges``)."""
+    degree: float = ranged(3.0, gt=0)
+    """Average degree of the ``random`` topology (SNAP's simulations: 3)."""
+    edges: list = field(default_factory=list)
+    """Links of the ``edges`` topology: ``[[0, 1], ["ps", 2], {u = 1, v = 2, latency_s = 0.01, up_mbps = 10,
+    down_mbps = 10}]`` (ends are worker indices or nodes like ``"ps"``; up: u to v)."""
+    link_latency_s: float = ranged(0.0, ge=0)
+    """One-way latency of every link of a topology other than ``star``."""
+    link_mbps: float = ranged(0.0, ge=0, zero="unlimited")
+    """Rate of every link of a topology other than ``star``, each way, in Mb/s (0: unlimited)."""
+    failed_links: float = ranged(0.0, ge=0, le=1, zero="no failed links")
+    """Fraction of links that fail (seeded; SNAP Fig. 9: 0.01 and 0.05). A message between neighbours whose link
+    is down is lost; others detour. Failures never cut the network unless ``failed_may_disconnect``."""
+    failed_from_s: float = ranged(0.0, ge=0)
+    """When the failed links go down (seconds on the run's clock)."""
+    failed_for_s: float = ranged(0.0, ge=0, zero="until the run ends")
+    """How long they stay down; 0: until the run ends."""
+    failed_may_disconnect: bool = False
+    """Let failures cut nodes off (their messages are lost); otherwise only links whose loss keeps the network
+    connected fail."""
+    jitter_s: float = ranged(0.0, ge=0, zero="no jitter")
+    """Each message's flight gains a random delay, uniform in [0, jitter_s] (seeded per sender)."""
+
+
+@dataclass
+class StopSection:
+    max_time: float = ranged(20.0, ge=0, zero="no time limit")
+    """Seconds on the run's clock (wall clock in procs, virtual in sim); 0 disables."""
+    max_steps: int = ranged(0, ge=0, zero="no step limit")
+    """Total training steps over all workers; 0 disables."""
+    target_accuracy: float = ranged(0.0, ge=0, le=1, zero="no accuracy target")
+    """Stop once test accuracy reaches this; 0 disables."""
+    target_loss: float = ranged(0.0, ge=0, zero="no loss target")
+    """Stop once test loss falls to this; 0 disables."""
+    loss_variance: float = ranged(0.0, ge=0, zero="no variance rule")
+    """ADSP's rule (adsp.txt Sec. 5.2): stop once the variance of the last ``window`` losses is below this;
+    0 disables."""
+    window: int = ranged(10, ge=2)
+    """Number of evaluations whose loss variance ``loss_variance`` tests (at least 2)."""
+    diverged: bool = False
+    """Stop once the test loss of an evaluated model is NaN or infinite: the model has diverged."""
+
+
+@dataclass
+class EvalSection:
+    interval: float = ranged(1.0, gt=0)
+    """Evaluate the global model every this many seconds on the run's clock."""
+    test_samples: int = ranged(2000, ge=0, zero="all test samples")
+    """Evaluate on this many test samples (a fixed subset); 0 uses all."""
+    models: Literal["average", "mean", "worst"] = "average"
+    """Which model the loss and accuracy columns describe when several nodes expose one: ``average``, the
+    average of their parameters (the global model); ``mean``, the mean loss and accuracy of each node's own
+    model; ``worst``, the highest loss and the lowest accuracy among them (decentralized training has
+    converged when every node's model has: snap.txt Sec. III)."""
+
+
+@dataclass
+class LoadSection:
+    schedule: list[dict] = field(default_factory=list)
+    """Co-running workloads ``[{node = 0, kind = "cpu", intensity = 0.5, start = 0, end = 30}]``: kind cpu,
+    disk, net or io (disk and net), intensity u in (0, 1], end omitted = until the run ends; real processes in
+    procs, the model of ``edgeml.env`` in sim."""
+    cores: int = ranged(1, ge=1)
+    """Cores of each node's share of its host, which its training and its workloads compete for (procs pins
+    them there; sim's model)."""
+    net_MBps: float = ranged(100.0, gt=0)
+    """Network capacity in MB/s: a net workload of intensity 1 sends this much; observed net load is traffic
+    over it."""
+    disk_MBps: float = ranged(20.0, gt=0)
+    """Disk capacity in MB/s: a disk workload of intensity 1 moves this much; observed disk load is storage
+    traffic over it."""
+    dir: str = ""
+    """Directory of the disk workloads' temporary files (empty: the system's; a tmpfs reaches no disk)."""
+
+
+COMMON_SECTIONS: dict[str, type] = {
+    "run": RunSection,
+    "data": DataSection,
+    "model": ModelSection,
+    "cluster": ClusterSection,
+    "network": NetworkSection,
+    "stop": StopSection,
+    "eval": EvalSection,
+    "load": LoadSection,
+}
+
+
+@dataclass
+class Config:
+    run: RunSection = field(default_factory=RunSection)
+    data: DataSection = field(default_factory=DataSection)
+    model: ModelSection = field(default_factory=ModelSection)
+    cluster: ClusterSection = field(default_factory=ClusterSection)
+    network: NetworkSection = field(default_factory=NetworkSection)
+    stop: StopSection = field(default_factory=StopSection)
+    eval: EvalSection = field(default_factory=EvalSection)
+    load: LoadSection = field(default_factory=LoadSection)
+    algo: Any = None
+    """The algorithm's own config dataclass, written as the section named after the algorithm."""
+
+    def to_dict(self) -> dict[str, dict]:
+        out = {name: dataclasses.asdict(getattr(self, name)) for name in COMMON_SECTIONS}
+        out[self.run.algorithm] = dataclasses.asdict(self.algo) if self.algo is not None else {}
+        return out
+
+
+
+
+# --------------------------------------------------------------------------------------------- values
+
+
+def _check_value(where: str, tp: Any, value: Any) -> Any:
+    """Coerce ``value`` to the annotated type ``tp`` or raise a one-line UserError."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+        if value not in allowed:
+            raise UserError(f"{where} = {value!r} is not allowed: choose one of {', '.join(map(str, allowed))}")
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise UserError(f"{where} = {value!r} is not a boolean: use true or false")
+    if tp is int:
+        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
+            raise UserError(f"{where} = {value!r} is not a whole number")
+        return int(value)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UserError(f"{where} = {value!r} is not a number")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, (str, int, float)):
+            raise UserError(f"{where} = {value!r} is not a string")
+        return str(value)
+    if origin is list:
+        if not isinstance(value, list):
+            raise UserError(f"{where} = {value!r} is not a list: write it as [..] in TOML")
+        return value
+    return value
+
+
+def _types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def update_section(obj: Any, section: str, values: dict[str, Any]) -> None:
+    """Set fields of dataclass ``obj`` from ``values``, refusing unknown keys and mistyped values."""
+    hints = _types(type(obj))
+    for key, value in values.items():
+        if key not in hints:
+            known = ", ".join(sorted(hints)) or "(none)"
+            raise UserError(f"unknown config key '{section}.{key}': known keys in [{section}] are {known}")
+        setattr(obj, key, _check_value(f"{section}.{key}", hints[key], value))
+
+
+
+def _field_docs(cls: type) -> dict[str, str]:
+    """The docstring under each field of ``cls`` and of the dataclasses it inherits from (nearest wins)."""
+    import ast
+    import inspect
+
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            body = ast.parse(inspect.getsource(klass)).body[0].body  # type: ignore[attr-defined]
+        except (OSError, TypeError, IndexError):
+            continue
+        for node, nxt in zip(body, body[1:]):
+            if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+                docs[node.target.id] = " ".join(str(nxt.value.value).split())  # type: ignore[union-attr]
+    return docs
+
+
+def _type_name(tp: Any) -> str:
+    if typing.get_origin(tp) is Literal:
+        return "|".join(map(str, typing.get_args(tp)))
+    return tp.__name__ if isinstance(tp, type) else str(tp).replace("typing.", "")
+
+
+def describe_fields(cls: type) -> list[tuple[str, str, Any, str]]:
+    """(name, type, default, doc) of each field of a config dataclass, for ``edgeml list`` and docs."""
+    docs, hints = _field_docs(cls), _types(cls)
+    rows = []
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        rows.append((f.name, _type_name(hints[f.name]), default, docs.get(f.name, "")))
+    return rows
