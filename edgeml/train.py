@@ -73,6 +73,20 @@ class Job:
         torch.manual_seed(self.cfg.run.seed)
         return build_model(self.model_name, ds.input_shape, ds.num_classes, width=self.cfg.model.width)
 
+    def forward_work(self, samples: int) -> float:
+        """Work, in training steps, of a forward pass over ``samples`` samples (``FORWARD_WORK`` per batch)."""
+        return samples * FORWARD_WORK / self.cfg.data.batch_size
+
+    def forward_macs(self) -> float:
+        """Multiply-adds of one sample's forward pass through the run's model (built aside: the global random
+        state is left as it was)."""
+        with torch.random.fork_rng(devices=[]):
+            return forward_macs(self.make_model(), self.dataset.input_shape)
+
+    def evaluator(self, x: torch.Tensor, y: torch.Tensor) -> "Evaluator":
+        """(loss, accuracy) of flat parameters on the examples ``x``, ``y`` with the run's model and loss."""
+        return Evaluator(self, x, y)
+
     def trainer(self, worker: int | None, device: str = "cpu", gen: torch.Generator | None = None) -> "Trainer":
         """Worker ``worker``'s trainer over its shard (``None``: over every training sample in use, for training on one
         device), starting from the common initial model (``gen``: the node's own generator, ``node.gen``)."""
@@ -115,6 +129,38 @@ def build_job(cfg, base_step_s: float | None = None) -> Job:
     test_index = torch.randperm(n_test, generator=g)[: min(k, n_test)].sort().values
     env = build_env(cfg, base_step_s=base_step_s)
     return Job(cfg, build_cluster(cfg), ds, model_name, shards, init, test_index, env)
+
+
+# ------------------------------------------------------------------------------------------------- cost model
+FORWARD_WORK = 1 / 3
+"""A forward pass's share of a training step's computation (forward + backward ~ 3 forward passes): what
+evaluating a batch's losses costs, in steps (edgegossip.txt's loss ranking, esync.txt's reference pass)."""
+
+
+def forward_macs(model: nn.Module, input_shape: tuple[int, ...]) -> float:
+    """Multiply-adds of one sample's forward pass through the model's linear and convolution layers."""
+    total = 0.0
+
+    def count(module, _inputs, out):
+        nonlocal total
+        if isinstance(module, nn.Linear):
+            total += module.in_features * module.out_features
+        else:
+            k = module.weight[0].numel()  # in_channels / groups x kernel area
+            total += out[0].numel() * k
+
+    hooks = [m.register_forward_hook(count) for m in model.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
+    try:
+        with torch.no_grad():
+            training = model.training
+            model.eval()
+            model(torch.zeros(1, *input_shape, device=next(model.parameters()).device))
+            model.train(training)
+    finally:
+        for h in hooks:
+            h.remove()
+    return max(total, 1.0)
+
 
 
 class Layer(NamedTuple):

@@ -400,6 +400,39 @@ class Node:
         """Modelled duration of a step of ``work`` steps' worth started now (the device and its modelled load)."""
         return self.env.step_time(self.rank, self.now(), work)
 
+    # ------------------------------------------------------------------ costs and evaluation
+    # What a program may ask of the run's world and model without reading them: the cost model is the
+    # training step's (``edgeml.train``), times and routes are the world's.
+    def step_time(self, work: float = 1.0, *, rank: int | None = None, at: float | None = None) -> float:
+        """Modelled duration of ``work`` steps' worth of computation on node ``rank`` (default: this one)
+        started at ``at`` (default: now), from its device and modelled load (no throttling noise)."""
+        return self.env.step_time(self.rank if rank is None else rank, self.now() if at is None else at, work)
+
+    def message_time(self, dst: int, nbytes: int, *, src: int | None = None, at: float = 0.0) -> float | None:
+        """Transmission plus flight time of an ``nbytes`` message from ``src`` (default: this node) to ``dst``
+        sent at ``at`` over the topology's route, with no queueing, jitter or co-running load; ``None`` when
+        no path is left."""
+        route = self.env.topology.route(self.rank if src is None else src, dst, at)
+        if route is None:
+            return None
+        tx, flight = route.delay(nbytes)
+        return tx + flight
+
+    def forward_work(self, samples: int) -> float:
+        """Work, in training steps, of a forward pass (losses, no gradient) over ``samples`` samples: the
+        ``work`` to pass to ``compute`` for it."""
+        return self.job.forward_work(samples)
+
+    def forward_macs(self) -> float:
+        """Multiply-adds of one sample's forward pass through the run's model (a training step of b samples
+        is about 3 b times this)."""
+        return self.job.forward_macs()
+
+    def evaluator(self, x, y) -> Callable[[Any], tuple[float, float]]:
+        """A function giving (mean loss, accuracy) of flat parameters on the examples ``x``, ``y`` with the
+        run's model and loss, outside any clock (ADSP's probe of the training loss)."""
+        return self.job.evaluator(x, y)
+
     # ------------------------------------------------------------------ messages
     def send(self, dst: int, tag: str, *, detour: bool = False, **data: Any) -> int:
         """Send ``data`` to node ``dst``; returns the message's wire size in bytes. ``detour``: a message to a
