@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 import sys
-import threading
-import types
+import typing
 from pathlib import Path
 from typing import Any, Optional
 
@@ -18,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from edgeml.schema import COMMON_SECTIONS, ClusterSection, DataSection, RunSection, StopSection, range_of
-from edgeml.errors import UserError
+from edgeml.errors import RunFailed, UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
                   help="Reproduce and compare distributed training schemes across heterogeneous edge devices.")
@@ -41,7 +39,7 @@ def command(*args, **kwargs):
             except KeyboardInterrupt:
                 err.print("[yellow]interrupted[/yellow]: what was measured so far is in the run directory")
                 raise typer.Exit(130) from None
-            except RuntimeError as exc:
+            except RunFailed as exc:  # its traceback is in the run directory's error.txt (EDGEML_DEBUG=1 shows it)
                 err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
                 raise typer.Exit(1) from None
             except OSError as exc:  # a path the command reads or writes (a folder where a file must go...)
@@ -85,6 +83,11 @@ def _base_layers(**options) -> dict[str, dict]:
     return layers
 
 
+def _choices(cls: type, name: str) -> tuple[str, ...]:
+    """The values a ``Literal`` config field allows."""
+    return typing.get_args(typing.get_type_hints(cls)[name])
+
+
 @command()
 def run(
     algorithm: str = typer.Argument(..., help="Algorithm name (see `edgeml list`)."),
@@ -107,7 +110,9 @@ def run(
     target_accuracy: Optional[float] = typer.Option(
         None, help="Stop at this test accuracy, in [0, 1]; 0: no target (the default)."),
     target_loss: Optional[float] = typer.Option(None, help="Stop at this test loss; 0: no target (the default)."),
-    partition: Optional[str] = typer.Option(None, help=f"iid, shards or dirichlet. Default {DataSection.partition}."),
+    partition: Optional[str] = typer.Option(
+        None, help=f"How samples are split over workers: {', '.join(_choices(DataSection, 'partition'))}. "
+                   f"Default {DataSection.partition}."),
     batch_size: Optional[int] = typer.Option(
         None, help=f"Mini-batch size, at most each worker's share of the data. Default {DataSection.batch_size}."),
     data_root: Optional[str] = typer.Option(
@@ -146,18 +151,19 @@ def _preparing(cfg) -> None:
                        f"{', calibrating the host' if calibrating else ''}...", style="dim"))
 
 
-LISTS = ("algorithms", "settings", "datasets", "models", "profiles", "networks")
+LISTS = ("algorithms", "settings", "datasets", "partitions", "models", "profiles", "topologies", "networks")
 
 
 @command("list")
 def list_(what: str = typer.Argument(
-        "all", help="all, algorithms, settings (the common sections), datasets, models, profiles, networks, "
-                    "or one algorithm or section name."),
+        "all", help=f"all, {', '.join(LISTS)} (settings: the common sections), or one algorithm (or alias) or "
+                    f"section name."),
           ) -> None:
     """List what edgeml knows, and every setting with its type, default and meaning."""
     from edgeml.algorithms import ALIASES, REGISTRY
-    from edgeml.data import DATASETS
-    from edgeml.hetero import PROFILES
+    from edgeml.data import DATASETS, PARTITIONS
+    from edgeml.world.profiles import PROFILES
+    from edgeml.world.topology import TOPOLOGIES
 
     console = Console(emoji=False, highlight=False)
     algorithm = ALIASES.get(what.lower(), what.lower())
@@ -178,10 +184,10 @@ def list_(what: str = typer.Argument(
         for section, cls in COMMON_SECTIONS.items():
             console.print(_settings_table(section, cls, f"[{section}]"))
     if what == "all":
-        console.print(_table("algorithms", {s.name: f"{s.summary} ({s.paper})" if s.paper else s.summary
-                                            for s in specs}))
-    for kind, entries in (("datasets", DATASETS), ("profiles", PROFILES),
-                          ("networks", {k: v[1] for k, v in NETWORKS.items()})):
+        console.print(_table("algorithms", {_name_and_aliases(s.name): f"{s.summary} ({s.paper})" if s.paper
+                                            else s.summary for s in specs}))
+    for kind, entries in (("datasets", DATASETS), ("partitions", PARTITIONS), ("profiles", PROFILES),
+                          ("topologies", TOPOLOGIES), ("networks", {k: v[1] for k, v in NETWORKS.items()})):
         if what in ("all", kind):
             console.print(_table(kind, entries))
     if what in ("all", "models"):
@@ -202,9 +208,17 @@ def _table(title: str, entries: dict[str, str]) -> Table:
     return t
 
 
+def _name_and_aliases(name: str) -> str:
+    """``asp (also tap)``: an algorithm's name with the other names it answers to."""
+    from edgeml.algorithms import ALIASES
+
+    aliases = sorted(a for a, target in ALIASES.items() if target == name)
+    return f"{name} (also {', '.join(aliases)})" if aliases else name
+
+
 def _algorithm_table(spec) -> Table:
     about = f"{spec.summary} ({spec.paper})" if spec.paper else spec.summary
-    return _settings_table(spec.name, spec.config, f"{spec.name}: {about}")
+    return _settings_table(spec.name, spec.config, f"{_name_and_aliases(spec.name)}: {about}")
 
 
 def _settings_table(section: str, cls: type, title: str) -> Table:
@@ -246,7 +260,8 @@ def compare(
 ) -> None:
     """Compare runs: accuracy, time to target (censored when never reached), paired speedup, bytes, time shares."""
     from edgeml.config import check_out
-    from edgeml.report import compare_dirs, wide_console
+    from edgeml.analysis.compare import compare_dirs
+    from edgeml.analysis.tables import wide_console
 
     if out is not None:
         check_out(out, "--out")
@@ -265,8 +280,8 @@ def plot(
 ) -> None:
     """Draw convergence curves and bars, time breakdown, throughput and the series figures (PNG and PDF)."""
     from edgeml.config import check_out
-    from edgeml.figures import write_figures
-    from edgeml.report import load_runs
+    from edgeml.analysis.figures import write_figures
+    from edgeml.rundir import load_runs
 
     check_out(out, "--out")
     for f in write_figures(load_runs(run_dirs, recursive), out):
@@ -322,43 +337,12 @@ def _stop_on_signals() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-class _Deferred(types.ModuleType):
-    """A module not run yet. Reading any attribute but ``__spec__`` (which every ``import`` statement reads to see
-    whether the module is still initializing) runs it into this same object, as ``importlib.util.LazyLoader``
-    does; that one also runs on ``__spec__``, so a plain ``import torch`` would load torch at once."""
-
-    def __getattribute__(self, attr: str) -> Any:
-        if attr == "__spec__":
-            return super().__getattribute__(attr)
-        with _DEFERRED_LOCK:
-            if object.__getattribute__(self, "__class__") is _Deferred:
-                spec = super().__getattribute__("__spec__")
-                self.__class__ = types.ModuleType
-                spec.loader.exec_module(self)
-        return getattr(self, attr)
-
-
-_DEFERRED_LOCK = threading.Lock()
-
-
-def _defer_torch() -> None:
-    """Make ``import torch`` free until torch is first used, so that bad input is refused in a fraction of a
-    second: the config path imports the algorithm modules, which import torch (about 4 s) at the top."""
-    spec = importlib.util.find_spec("torch") if "torch" not in sys.modules else None
-    if spec is None or spec.loader is None:
-        return
-    module = importlib.util.module_from_spec(spec)
-    module.__class__ = _Deferred
-    sys.modules["torch"] = module
-
-
 def main() -> None:
     try:  # recent typer vendors click
         from typer._click.exceptions import ClickException
     except ImportError:
         from click.exceptions import ClickException
 
-    _defer_torch()
     _stop_on_signals()
     try:
         code = app(standalone_mode=False)

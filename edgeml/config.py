@@ -126,7 +126,9 @@ def check_out(out: str | Path, name: str = "run.out") -> None:
 
 def validate(cfg: Config) -> None:
     """Refuse impossible values and paths with a message naming the key, the value and the allowed range."""
-    from edgeml import data, hetero
+    from edgeml import data, world
+    from edgeml.algorithms import get_algorithm
+    from edgeml.runtime.base import layout
 
     for name in COMMON_SECTIONS:
         check_fields(name, getattr(cfg, name))
@@ -138,16 +140,9 @@ def validate(cfg: Config) -> None:
     if cfg.run.name and (Path(cfg.run.name).name != cfg.run.name or cfg.run.name in (".", "..")):
         raise UserError(f"run.name = {cfg.run.name!r} is not a single directory name: "
                         f"put the parent directory in --out and a plain name in --name")
-    hetero.build_cluster(cfg)  # parses profile, slowdowns, crashes and links; raises UserError on bad input
     if cfg.algo is not None and hasattr(cfg.algo, "validate"):
         cfg.algo.validate(cfg)
-    _validate_env(cfg)
+    # the world the run describes (profile, slowdowns, crashes, devices, load, links), built as the runner will
+    world.build(cfg, layout(get_algorithm(cfg.run.algorithm).nodes(cfg)).roles)
     check_out(cfg.run.out)
     data.locate(cfg.data.dataset, cfg.data.root or None, cfg.data.download)
-
-
-def _validate_env(cfg: Config) -> None:
-    """The environment's node sets and graphs (``edgeml.env``; its numbers are in ``RANGES``): build the Env."""
-    from edgeml.env import build_env
-
-    build_env(cfg)

@@ -13,11 +13,14 @@ import os
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from edgeml.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
 
 DATASETS: dict[str, str] = {
     "digits": "8x8 handwritten digits, 1797 images, 10 classes (bundled with scikit-learn)",
@@ -28,7 +31,12 @@ DATASETS: dict[str, str] = {
 }
 
 _BUNDLED = ("digits", "breast-cancer")
-PARTITIONS: tuple[str, ...] = ("iid", "shards", "dirichlet", "sorted")
+PARTITIONS: dict[str, str] = {
+    "iid": "every worker gets the same label mix (a seeded shuffle)",
+    "shards": "each worker gets a few label-sorted shards (data.shards_per_worker)",
+    "dirichlet": "label shares drawn from a Dirichlet (data.alpha; small means skewed workers)",
+    "sorted": "class-sorted contiguous parts (ESync's non-iid split)",
+}
 
 # Published per-channel statistics, so a data set normalizes the same way however many files are present.
 _NORMALIZATION: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
@@ -70,6 +78,7 @@ class Dataset:
 
 def load_dataset(name: str, root: str | Path | None = None, download: bool = False) -> Dataset:
     """Load a data set by name from ``root`` (or, without one, the default folders); download only when asked."""
+    import torch  # here: validating a config must not load torch
     found = locate(name, root, download)
     if name in _BUNDLED:
         return _load_sklearn(name)
@@ -132,6 +141,7 @@ def _missing(name: str, root: str | Path | None) -> str:
 
 def _load_sklearn(name: str) -> Dataset:
     """Load a scikit-learn bundled data set with a fixed stratified 80/20 split, so runs are comparable."""
+    import torch  # here: validating a config must not load torch
     from sklearn.datasets import load_breast_cancer, load_digits
     from sklearn.model_selection import train_test_split
 
@@ -158,6 +168,7 @@ def _load_sklearn(name: str) -> Dataset:
 
 def _normalize_images(images: np.ndarray, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
     """uint8 [N,C,H,W] -> float32 scaled to [0,1] then normalized per channel."""
+    import torch  # here: validating a config must not load torch
     x = torch.from_numpy(images).float().div_(255.0)
     m = torch.tensor(mean).view(1, -1, 1, 1)
     s = torch.tensor(std).view(1, -1, 1, 1)
@@ -319,6 +330,7 @@ def partition(
     cuts them into contiguous, equal-sized parts, worker i taking the i-th (the seed only decides which samples
     of a class fall on either side of a cut).
     """
+    import torch  # here: validating a config must not load torch
     if scheme not in PARTITIONS:
         raise UserError(f"unknown partition scheme '{scheme}': choose one of {', '.join(PARTITIONS)}")
     y = labels.detach().cpu().numpy().reshape(-1)

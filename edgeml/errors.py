@@ -1,9 +1,16 @@
 """User-facing errors.
 
 A ``UserError`` carries a one-line message that names the problem and the fix. The command line prints it
-without a traceback and exits with code 2; library callers can catch it like any ``ValueError``.
+without a traceback and exits with code 2; library callers can catch it like any ``ValueError``. A
+``RunFailed`` says a run failed (exit code 1), its traceback kept in the run directory.
 """
 
 
 class UserError(ValueError):
     """Bad input from the user: unknown names, impossible values, missing data."""
+
+
+class RunFailed(RuntimeError):
+    """A run (or some runs of a reproduction) failed after writing what it measured; the node's traceback is in
+    the run directory's ``error.txt``. The command line prints the message and exits with code 1. Any other
+    exception is a bug in edgeml and keeps its traceback."""

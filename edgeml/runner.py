@@ -1,6 +1,8 @@
-"""Run one configuration end to end: job, backend, run directory. The command line and ``reproduce`` call this.
+"""Run one configuration end to end: world, job, backend, run directory. The command line and ``reproduce`` call
+this. The runner builds the run's world once (``edgeml.world.build``, with the algorithm's roles) and hands the
+backends the job (data, model, world), the algorithm's node programs and the progress display.
 
-A failed run raises ``RuntimeError`` (the command line exits 1) after its run directory is complete; a node
+A failed run raises ``RunFailed`` (the command line exits 1) after its run directory is complete; a node
 program's traceback is in ``error.txt`` there. With ``EDGEML_DEBUG=1`` a sim run re-raises the node's own
 exception instead and a procs run prints the traceback.
 """
@@ -14,15 +16,20 @@ import platform
 import socket
 import subprocess
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 
 import torch
 
 import edgeml
 from edgeml.schema import Config
-from edgeml.errors import UserError
-from edgeml.metrics import Monitor, RunWriter, error_report
+from edgeml.errors import RunFailed, UserError
+from edgeml.metrics import Monitor, error_report, report_rows, summarize
+from edgeml.rundir import RunWriter
+from edgeml.progress import RunProgress
+from edgeml.runtime.base import layout
 from edgeml.train import Job, build_job
+from edgeml.world import build as build_world
 
 
 def git_sha() -> str:
@@ -48,6 +55,7 @@ def run_dir_for(cfg: Config) -> Path:
 
 
 def meta_for(cfg: Config, job: Job, calibration: dict) -> dict:
+    world = job.world
     return {
         "edgeml_version": edgeml.__version__, "git_sha": git_sha(), "seed": cfg.run.seed,
         "algorithm": cfg.run.algorithm, "backend": cfg.run.backend, "host": socket.gethostname(),
@@ -55,13 +63,24 @@ def meta_for(cfg: Config, job: Job, calibration: dict) -> dict:
         "torch": torch.__version__, "cpus": os.cpu_count(), "threads": cfg.run.threads, "model": job.model_name,
         "num_params": int(job.init_params.numel()), "started": datetime.now(timezone.utc).isoformat(),
         "calibration": calibration, "base_step_s": job.base_step_s,
-        "step_factors": job.cluster.factors,
-        "nodes": {str(r): {"device": job.env.device(r), "speed_factor": job.env.factors[r],
-                           "degree": len(job.env.neighbours(r))} for r in job.env.ranks},
+        "step_factors": [world.factors[r] for r in world.roles.get("worker", [])],
+        "nodes": {str(r): {"device": world.device(r), "speed_factor": world.factors[r],
+                           "degree": len(world.neighbours(r))} for r in world.ranks},
         "topology": cfg.network.topology,
         "link_outages": [{"start_s": o.start, "end_s": o.end if math.isfinite(o.end) else None,
-                          "links": sorted(list(e) for e in o.edges)} for o in job.env.topology.outages],
+                          "links": sorted(list(e) for e in o.edges)} for o in world.topology.outages],
     }
+
+
+def prepare(cfg: Config, *, base_step_s: float | None = None) -> tuple[Job, list]:
+    """The job (its world built once, with the algorithm's roles; data; initial model) and the algorithm's node
+    programs of a run of ``cfg``. ``base_step_s``: a factor-1 step's time when not ``cluster.base_step_s``
+    (procs calibrates it later). Raises ``UserError`` on impossible settings."""
+    from edgeml.algorithms import get_algorithm
+
+    programs = get_algorithm(cfg.run.algorithm).nodes(cfg)
+    world = build_world(cfg, layout(programs).roles, base_step_s=base_step_s)
+    return build_job(cfg, world), programs
 
 
 def check_capacity(cfg: Config, nodes: int, cores: int) -> None:
@@ -78,38 +97,34 @@ def check_capacity(cfg: Config, nodes: int, cores: int) -> None:
 
 def run(cfg: Config, *, quiet: bool = True, path: Path | None = None) -> Path:
     """Run ``cfg``; return the run directory. Raises UserError on bad input before anything is written."""
-    from edgeml.algorithms import get_algorithm
-
-    spec = get_algorithm(cfg.run.algorithm)
-    from edgeml.env import build_env
-
-    env = build_env(cfg)
-    cuda = [r for r in env.ranks if env.device(r) == "cuda"]
+    job, programs = prepare(cfg, base_step_s=None if cfg.run.backend == "sim" else 0.0)  # refuses bad data first
+    world = job.world
+    cuda = [r for r in world.ranks if world.device(r) == "cuda"]
     if cuda and not torch.cuda.is_available():
         raise UserError(f"{len(cuda)} node(s) set to run on cuda (run.device / cluster.devices) but no CUDA device "
                         f"is visible: use --device cpu, or cluster.devices to put them on cpu")
-    nodes = len(spec.nodes(cfg))
+    progress = partial(RunProgress, cfg, quiet=quiet)
     if cfg.run.backend == "sim":
-        return _run_sim(cfg, spec, path or run_dir_for(cfg), quiet)
+        return _run_sim(cfg, job, programs, path or run_dir_for(cfg), progress, quiet)
 
     from edgeml.runtime import procs
 
     torchrun = procs.launched_by_torchrun()
     if torchrun:
-        procs.check_world(cfg, nodes)
-        if env.workloads:
+        procs.check_world(cfg, len(programs))
+        if world.workloads:
             raise UserError("load.schedule is not supported under torchrun (the interfering processes run on the "
                             "launching host only): run the co-running load experiment on one machine, or in sim")
     path = path or run_dir_for(cfg)
-    job = build_job(cfg, base_step_s=0.0)  # refuses impossible data settings first
     if not torchrun:
-        check_capacity(cfg, nodes, procs.host_cores())
+        check_capacity(cfg, len(programs), procs.host_cores())
     if torchrun and not procs.torchrun_is_monitor():
-        procs.torchrun_node(job)  # does not return
+        procs.torchrun_node(job, programs)  # does not return
     calibration = procs.calibrate(job)
     job.base_step_s = calibration["base_step_s"]
     RunWriter(path, cfg.to_dict(), meta_for(cfg, job, calibration)).close()
-    status, reason = procs.torchrun_monitor(job, path, quiet) if torchrun else procs.run_local(job, path, quiet)
+    status, reason = (procs.torchrun_monitor(job, programs, path, progress) if torchrun
+                      else procs.run_local(job, programs, path, progress))
     return _outcome(path, status, reason, quiet)
 
 
@@ -124,7 +139,7 @@ def _outcome(path: Path, status: str, reason: str, quiet: bool) -> Path:
 
             print(error.read_text(), file=sys.stderr)
         where = f"traceback in {error}; " if error.exists() else ""
-        raise RuntimeError(f"run failed: {reason} ({where}partial results in {path})")
+        raise RunFailed(f"run failed: {reason} ({where}partial results in {path})")
     if status == "interrupted":
         raise KeyboardInterrupt
     return path
@@ -143,18 +158,16 @@ def _print_outcome(path: Path, status: str, reason: str) -> None:
     Console(stderr=True).print(Text.assemble((status, "bold"), f" ({reason}){tail}"))
 
 
-def _run_sim(cfg: Config, spec, path: Path, quiet: bool) -> Path:
-    from edgeml.progress import RunProgress
+def _run_sim(cfg: Config, job: Job, programs: list, path: Path, progress, quiet: bool) -> Path:
     from edgeml.runtime.sim import Kernel
 
     threads = torch.get_num_threads()
     torch.set_num_threads(cfg.run.threads)  # results depend on it: never on what ran before in this process
     try:
-        job = build_job(cfg)
         writer = RunWriter(path, cfg.to_dict(), meta_for(cfg, job, {"virtual": True, "base_step_s": job.base_step_s}))
-        progress = RunProgress(cfg, quiet=quiet)
+        progress = progress()
         monitor = Monitor(job, writer, on_row=progress.update)
-        kernel = Kernel(job, spec.nodes(cfg), monitor)
+        kernel = Kernel(job, programs, monitor)
         status, reason = "failed", "interrupted before start"
         try:
             with progress:
@@ -164,8 +177,9 @@ def _run_sim(cfg: Config, spec, path: Path, quiet: bool) -> Path:
                 info, _, trace = kernel.error
                 writer.write_error(error_report(info, kernel.now, trace))
             try:
-                writer.finish(kernel.reports(), [row for n in kernel.nodes.values() for row in n.series],
-                              monitor.rows, kernel.now, status, reason, job)
+                reports, now = kernel.reports(), kernel.now
+                writer.finish(*report_rows(reports, now), [row for n in kernel.nodes.values() for row in n.series],
+                              summarize(job, reports, monitor.rows, now, status, reason), now, status, reason)
             except OSError as exc:  # the run directory went away (deleted, disk full): an interrupt still wins
                 if status == "interrupted":
                     raise KeyboardInterrupt from exc

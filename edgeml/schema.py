@@ -352,6 +352,9 @@ def _check_value(where: str, tp: Any, value: Any) -> Any:
     if origin is list:
         if not isinstance(value, list):
             raise UserError(f"{where} = {value!r} is not a list: write it as [..] in TOML")
+        item = typing.get_args(tp)
+        if item and item[0] in (int, float, str, bool):  # a list of plain values: each element checked
+            return [_check_value(f"{where}[{i}]", item[0], v) for i, v in enumerate(value)]
         return value
     return value
 

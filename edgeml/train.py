@@ -1,6 +1,7 @@
 """The shared training step: one model, batch and optimizer code for every algorithm and both backends.
 
-``Job`` is what every node of a run shares (config, cluster model, data, initial model). ``Trainer`` is a
+``Job`` is what every node of a run shares (config, world, data, initial model) and the cost model of a
+step (``FORWARD_WORK``, ``forward_macs``). ``Trainer`` is a
 worker's model with its parameters and gradients laid out in one flat tensor each, so that an update is a
 single tensor on the wire and an SGD step is one in-place operation; the algorithm can steer which samples
 it trains on, read per-sample losses, and address each layer's slice of the flat vectors.
@@ -16,9 +17,8 @@ import torch
 from torch import nn
 
 from edgeml.data import Dataset, load_dataset, partition
-from edgeml.env import Env, build_env
-from edgeml.hetero import Cluster, build_cluster
 from edgeml.models import build_model, loss_for
+from edgeml.world import World
 
 
 def default_model(dataset: Dataset) -> str:
@@ -46,23 +46,22 @@ class Job:
     """Everything the nodes of one run share. Tensors are shared (not copied) with worker processes."""
 
     cfg: object
-    cluster: Cluster
     dataset: Dataset
     model_name: str
     shards: list[torch.Tensor]
     init_params: torch.Tensor
     test_index: torch.Tensor
-    env: Env
-    """The run's world keyed by rank (devices, network, waits, co-running load: ``edgeml.env``)."""
+    world: World
+    """The run's world keyed by rank (devices, speeds, network, failures, co-running load: ``edgeml.world``)."""
 
     @property
     def base_step_s(self) -> float:
-        """Step time of a factor-1 device (calibrated in procs), kept in ``env``."""
-        return self.env.base_step_s
+        """Step time of a factor-1 device (calibrated in procs), kept in ``world``."""
+        return self.world.base_step_s
 
     @base_step_s.setter
     def base_step_s(self, value: float) -> None:
-        self.env.base_step_s = value
+        self.world.base_step_s = value
 
     @property
     def num_workers(self) -> int:
@@ -97,8 +96,9 @@ class Job:
                        init=self.init_params, device=device, gen=gen)
 
 
-def build_job(cfg, base_step_s: float | None = None) -> Job:
-    """Load data, partition it, build the initial model: the deterministic part of a run's setup."""
+def build_job(cfg, world: World) -> Job:
+    """Load data, partition it, build the initial model: the deterministic part of a run's setup, in the
+    ``world`` the runner built for it."""
     from edgeml.errors import UserError
 
     ds = load_dataset(cfg.data.dataset, root=cfg.data.root or None, download=cfg.data.download)
@@ -127,8 +127,7 @@ def build_job(cfg, base_step_s: float | None = None) -> Job:
     n_test = len(ds.y_test)
     k = cfg.eval.test_samples or n_test
     test_index = torch.randperm(n_test, generator=g)[: min(k, n_test)].sort().values
-    env = build_env(cfg, base_step_s=base_step_s)
-    return Job(cfg, build_cluster(cfg), ds, model_name, shards, init, test_index, env)
+    return Job(cfg, ds, model_name, shards, init, test_index, world)
 
 
 # ------------------------------------------------------------------------------------------------- cost model

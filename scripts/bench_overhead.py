@@ -22,7 +22,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from _bench import record, run_config  # noqa: E402
 from edgeml.config import load_config  # noqa: E402
-from edgeml.train import build_job  # noqa: E402
+from edgeml.runner import prepare  # noqa: E402
 
 TARGET = 0.9
 
@@ -32,7 +32,7 @@ def uncontended_step_s(dataset: str, model: str, repeats: int = 60) -> tuple[flo
     import torch
 
     torch.set_num_threads(1)
-    job = build_job(load_config(overrides=[f"data.dataset='{dataset}'", f"model.name='{model}'"]))
+    job = prepare(load_config(overrides=[f"data.dataset='{dataset}'", f"model.name='{model}'"]))[0]
     trainer = job.trainer(0)
     for _ in range(5):
         trainer.gradient()

@@ -20,7 +20,7 @@ import torch  # noqa: E402
 
 from _bench import record, run_config  # noqa: E402
 from edgeml.config import load_config  # noqa: E402
-from edgeml.train import build_job  # noqa: E402
+from edgeml.runner import prepare  # noqa: E402
 
 TARGET = 0.9
 
@@ -50,7 +50,7 @@ def measure(args, model: str, workers: int) -> list[str]:
 
     base = [f"run.algorithm='{args.algorithm}'", "run.backend='sim'", f"cluster.workers={workers}",
             f"data.dataset='{args.dataset}'", f"model.name='{model}'", "stop.max_time=0"]
-    job = build_job(load_config(overrides=[*base, "stop.max_steps=1"]))
+    job = prepare(load_config(overrides=[*base, "stop.max_steps=1"]))[0]
     trainer = job.trainer(0)
     plain_loop(trainer, 5)  # warm-up, then size the rounds to about --seconds per side
     per_step = plain_loop(trainer, 10) / 10

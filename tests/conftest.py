@@ -23,13 +23,12 @@ def simulate(*overrides: str):
     from edgeml.config import load_config
     from edgeml.metrics import Monitor
     from edgeml.runtime.sim import Kernel
-    from edgeml.train import build_job
-    from edgeml.algorithms import get_algorithm
+    from edgeml.runner import prepare
 
     cfg = load_config(overrides=["run.backend='sim'", *overrides])
-    job = build_job(cfg)
+    job, programs = prepare(cfg)
     monitor = Monitor(job)
-    kernel = Kernel(job, get_algorithm(cfg.run.algorithm).nodes(cfg), monitor)
+    kernel = Kernel(job, programs, monitor)
     status, reason = kernel.run()
     return kernel, monitor, status, reason
 

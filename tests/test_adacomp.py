@@ -10,10 +10,13 @@ import pandas as pd
 import pytest
 import torch
 
-from edgeml.algorithms.adacomp import Histogram, TouchHistory, keep_count, staleness_rate, top_c
+from edgeml.algorithms.adacomp import staleness_rate
+from edgeml.algorithms.adacomp_compression import keep_count, top_c
+from edgeml.algorithms.adacomp_staleness import Histogram, TouchHistory
 from edgeml.config import load_config
 from edgeml.runner import run
-from edgeml.train import Evaluator, build_job
+from edgeml.runner import prepare
+from edgeml.train import Evaluator
 
 
 # ------------------------------------------------------------------------------------------ selection
@@ -111,7 +114,7 @@ def test_with_c_1_and_one_worker_adacomp_is_sequential_sgd(tmp_path):
     final = pd.read_csv(path / "evals.csv").iloc[-1]
     # the run stops as step `steps` ends, before the PS applies it: the model has seen steps - 1 updates
     cfg = load_config(overrides=["cluster.workers=1"])
-    job = build_job(cfg)
+    job = prepare(cfg)[0]
     trainer = job.trainer(0)
     for _ in range(steps - 1):
         trainer.gradient()
@@ -131,7 +134,7 @@ def test_asgd_replays_as_alpha_over_staleness_or_plain_alpha(tmp_path, aware):
                 f"cluster.workers={workers}", "stop.max_steps=45", "stop.max_time=100", "eval.interval=100",
                 "cluster.random_wait_s=0.01")
     order = pd.read_csv(path / "series" / "staleness.csv")
-    job = build_job(load_config(overrides=[f"cluster.workers={workers}"]))
+    job = prepare(load_config(overrides=[f"cluster.workers={workers}"]))[0]
     trainers = [job.trainer(w) for w in range(workers)]
     W, version, pulled = job.init_params.clone(), 0, [0] * workers
     for w, s in zip(order.worker, order.staleness):
@@ -152,7 +155,7 @@ def test_bytes_per_push_are_4l_plus_8k_plus_8(tmp_path):
     c = 0.05
     path = _run(tmp_path, "bytes", "run.algorithm='adacomp'", f"adacomp.c={c}", "cluster.workers=2",
                 "stop.max_time=1", "model.name='mlp'")
-    job = build_job(load_config(overrides=["model.name='mlp'"]))
+    job = prepare(load_config(overrides=["model.name='mlp'"]))[0]
     sizes = [p.numel() for p in job.make_model().parameters()]
     layers, kept = len(sizes), sum(keep_count(c, n) for n in sizes)
     tags = pd.read_csv(path / "messages.csv")
@@ -169,7 +172,7 @@ def test_baselines_bytes(tmp_path, algorithm, c):
     extra = [f"{algorithm}.c={c}"] if c else []
     path = _run(tmp_path, algorithm, f"run.algorithm='{algorithm}'", "cluster.workers=2", "stop.max_time=1",
                 "model.name='mlp'", *extra)
-    params = build_job(load_config(overrides=["model.name='mlp'"])).init_params.numel()
+    params = prepare(load_config(overrides=["model.name='mlp'"]))[0].init_params.numel()
     push = pd.read_csv(path / "messages.csv").query("tag == 'push'")
     want = 8 * keep_count(c, params) + 8 if c else 4 * params + 8
     assert (push.min_bytes == want).all() and (push.max_bytes == want).all()
@@ -181,14 +184,14 @@ def test_ps_memory_stays_within_its_bound_with_200_workers(tmp_path):
                 "adacomp.log_every=100", "cluster.random_wait_s=0.02")
     mem = pd.read_csv(path / "series" / "ps_memory.csv")
     assert len(mem) >= 5 and (mem.bytes <= mem.bound_bytes).all()
-    params = build_job(load_config(overrides=["cluster.workers=200", "data.batch_size=4"])).init_params.numel()
+    params = prepare(load_config(overrides=["cluster.workers=200", "data.batch_size=4"]))[0].init_params.numel()
     assert mem.bytes.max() < 4 * params * 200 / 4  # well below a copy of the counts per worker
     assert mem.window.max() > 200  # slow workers keep old pulls outstanding: the window is long
     hist = pd.read_csv(path / "series" / "staleness_hist.csv")
     last = hist[hist.updates == hist.updates.max()]
     updates = int(last.updates.iloc[0])
     assert last[last.kind == "global"]["count"].sum() == updates  # one global staleness per update
-    sizes = [p.numel() for p in build_job(load_config(overrides=["data.batch_size=4"])).make_model().parameters()]
+    sizes = [p.numel() for p in prepare(load_config(overrides=["data.batch_size=4"]))[0].make_model().parameters()]
     kept = sum(keep_count(0.01, n) for n in sizes)  # one sigma_k per received entry
     assert last[last.kind == "parameter"]["count"].sum() == updates * kept
     nodes = pd.read_csv(path / "nodes.csv")
@@ -208,9 +211,9 @@ def test_crashes_after_pushes_take_workers_out(tmp_path):
 def test_a_seeded_subset_of_the_training_set_is_split_over_the_workers():
     # adacomp.txt Table II trains on 20% of the training set
     cfg = load_config(overrides=["cluster.workers=5", "data.train_samples=300"])
-    a, b = build_job(cfg), build_job(cfg)
+    a, b = prepare(cfg)[0], prepare(cfg)[0]
     union = torch.cat(a.shards)
     assert len(union) == 300 and len(union.unique()) == 300
     assert all(torch.equal(x, y) for x, y in zip(a.shards, b.shards))
-    full = build_job(load_config(overrides=["cluster.workers=5"]))
+    full = prepare(load_config(overrides=["cluster.workers=5"]))[0]
     assert sum(len(s) for s in full.shards) == len(full.dataset.y_train)

@@ -16,7 +16,7 @@ from edgeml.algorithms.kit import local_lr
 from edgeml.config import load_config
 from edgeml.errors import UserError
 from edgeml.runner import run
-from edgeml.train import build_job
+from edgeml.runner import prepare
 
 
 # ------------------------------------------------------------------------------------------ pure functions
@@ -180,7 +180,7 @@ def test_equal_speeds_and_fixed_rate_equal_local_sgd_computed_independently():
                                     f"adsp.lr={lr}", "adsp.lr_decay=1.0")
     assert status == "completed"
     taus = [9, 10, 10, 10, 10]
-    job = build_job(kernel.job.cfg)
+    job = prepare(kernel.job.cfg)[0]
     workers = [job.trainer(i) for i in range(M)]
     W = job.init_params.clone()
     for tau in taus:

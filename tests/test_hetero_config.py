@@ -11,7 +11,9 @@ import pytest
 from edgeml.config import load_config, parse_overrides, parse_set_value, read_toml
 from edgeml.schema import COMMON_SECTIONS, Config, range_of
 from edgeml.errors import UserError
-from edgeml.hetero import Link, build_cluster, heterogeneity_degree, speeds
+from edgeml.world.build import access_links
+from edgeml.world.profiles import heterogeneity_degree, speeds
+from edgeml.world.topology import Link
 try:
     from tests import access_links as ref
 except ImportError:  # tests/ itself on the path
@@ -106,10 +108,11 @@ def test_cluster_factors_and_links():
     cfg = load_config(overrides=["cluster.workers=3", "cluster.hetero='1:2:4'", "network.latency_s=0.01",
                                  "network.up_mbps=8", "network.links=[{worker=2, latency_s=0.1, down_mbps=80}]",
                                  "cluster.slowdowns=[{worker=0, start=1.0, end=2.0, factor=5.0}]"])
-    c = build_cluster(cfg)
-    assert c.factors == pytest.approx([1, 2, 4])
-    assert ref.step_factor(c, 0, 0.5) == 1 and ref.step_factor(c, 0, 1.5) == 5 and ref.step_factor(c, 0, 2.0) == 1
-    assert c.links[2] == Link(0.1, 1e6, 1e7, 0.0)
+    c = access_links(cfg)
+    factors, slow = ref.profile_factors(cfg.cluster.hetero, 3), cfg.cluster.slowdowns
+    assert factors == pytest.approx([1, 2, 4])
+    assert [ref.step_factor(factors, slow, 0, t) for t in (0.5, 1.5, 2.0)] == [1, 5, 1]
+    assert c[2] == Link(0.1, 1e6, 1e7, 0.0)
     # worker 0 -> PS (ideal link): 1000 bytes at 1 MB/s = 1 ms on the wire, then 10 ms latency
     assert ref.message_delay(c, 0, None, 1000) == pytest.approx((0.001, 0.01))
     # worker 0 -> worker 2: min(up 1 MB/s, down 10 MB/s); latencies add
@@ -147,7 +150,7 @@ def test_a_fast_sender_is_not_serialized_by_slow_receivers():
     # a PS (ideal link) replying to many workers with 10 Mb/s downlinks: no queue at the PS,
     # each reply takes bytes / 10 Mb/s on its own way
     cfg = load_config(overrides=["cluster.workers=4", "network.down_mbps=10"])
-    c = build_cluster(cfg)
+    c = access_links(cfg)
     tx, flight = ref.message_delay(c, None, 0, 125_000)
     assert tx == 0 and flight == pytest.approx(0.1)
     tx, flight = ref.message_delay(c, 0, None, 125_000)  # upload: unlimited here

@@ -13,7 +13,7 @@ from conftest import simulate
 from edgeml.algorithms import AlgorithmSpec, REGISTRY, register
 from edgeml.config import load_config
 from edgeml.runner import run
-from edgeml.train import build_job
+from edgeml.runner import prepare
 
 
 def ps_params(kernel):
@@ -27,7 +27,7 @@ def test_bsp_with_one_worker_equals_plain_sgd():
     ps = kernel.nodes[kernel.roles["ps"][0]]
     applied = ps.counters.messages_recv
     assert applied >= 20
-    job = build_job(kernel.job.cfg)
+    job = prepare(kernel.job.cfg)[0]
     ref = job.trainer(0)
     for _ in range(applied):
         ref.gradient()
@@ -250,7 +250,7 @@ def test_calibration_leaves_the_launchers_thread_count_alone():
     from edgeml.runtime.procs import calibrate
 
     ambient = torch.get_num_threads()
-    job = build_job(load_config(overrides=["run.threads=2"]), base_step_s=0.0)
+    job = prepare(load_config(overrides=["run.threads=2"]), base_step_s=0.0)[0]
     torch.set_num_threads(1)
     try:
         calibrate(job)
@@ -294,7 +294,7 @@ def test_eval_models_average_mean_and_worst_describe_the_nodes_models(tmp_path):
 def test_series_tables_write_numpy_scalars_as_plain_numbers():
     import numpy as np
 
-    from edgeml.metrics import _csv_value
+    from edgeml.rundir import csv_value as _csv_value
 
     assert _csv_value(np.float64(0.1)) == "0.1" and _csv_value(np.float32(0.5)) == "0.5"
     assert _csv_value(np.int64(3)) == 3 and _csv_value(np.True_) is True

@@ -10,10 +10,9 @@ import time
 import networkx as nx
 import pytest
 
-from edgeml import topology as topo
+from edgeml.world import topology as topo
 from edgeml.errors import UserError
-from edgeml.hetero import Cluster, Link
-from edgeml.topology import HUB, Outage
+from edgeml.world.topology import HUB, Link, Outage
 try:
     from tests import access_links as ref
 except ImportError:  # tests/ itself on the path
@@ -23,7 +22,7 @@ INF = math.inf
 
 
 # ------------------------------------------------------------------------------------------------- the star
-def _cluster_and_ranks() -> tuple[Cluster, dict[int, int | None]]:
+def _links_and_ranks() -> tuple[dict[int, Link], dict[int, int | None]]:
     """Five workers with hand-made access links (one left ideal) and two servers; rank -> worker index."""
     links = {
         0: Link(0.005, 1e6, 1e7, 0.0),
@@ -31,22 +30,21 @@ def _cluster_and_ranks() -> tuple[Cluster, dict[int, int | None]]:
         2: Link(0.0, INF, 2e5, 0.0),  # unlimited upload, slow download
         3: Link(0.2, 3e5, INF, 0.002),
     }  # worker 4 has no entry: an ideal link
-    cluster = Cluster([1.0] * 5, links=links)
     ranks = {1: None, 2: 0, 3: 1, 4: 2, 5: 3, 6: 4, 7: None}  # rank 1 a PS, rank 7 a scheduler
-    return cluster, ranks
+    return links, ranks
 
 
-def _star(cluster: Cluster, ranks: dict[int, int | None]) -> topo.Topology:
-    return topo.star(ranks, {r: ref.link(cluster, w) for r, w in ranks.items() if w is not None})
+def _star(links: dict[int, Link], ranks: dict[int, int | None]) -> topo.Topology:
+    return topo.star(ranks, {r: ref.link(links, w) for r, w in ranks.items() if w is not None})
 
 
 def test_star_reproduces_cluster_message_delay_exactly() -> None:
-    cluster, ranks = _cluster_and_ranks()
-    star = _star(cluster, ranks)
+    links, ranks = _links_and_ranks()
+    star = _star(links, ranks)
     checked = 0
     for (a, wa), (b, wb) in itertools.permutations(ranks.items(), 2):
         for nbytes in (0, 1, 8, 999, 4 * 61706 + 8, 12_345_678):
-            assert star.message_delay(a, b, nbytes) == ref.message_delay(cluster, wa, wb, nbytes), (a, b, nbytes)
+            assert star.message_delay(a, b, nbytes) == ref.message_delay(links, wa, wb, nbytes), (a, b, nbytes)
             assert star.byte_hops(a, b, nbytes) == 2 * nbytes  # up the access link, down another
             checked += 1
     assert checked == 7 * 6 * 6
@@ -54,17 +52,17 @@ def test_star_reproduces_cluster_message_delay_exactly() -> None:
 
 def test_star_all_reduce_matches_cluster_with_equal_latencies() -> None:
     rates = [(1e6, 1e7), (2e5, 1e6), (INF, 3e5), (5e5, INF)]
-    cluster = Cluster([1.0] * 4, links={w: Link(0.01, up, down) for w, (up, down) in enumerate(rates)})
-    star = _star(cluster, {10 + w: w for w in range(4)})
+    links = {w: Link(0.01, up, down) for w, (up, down) in enumerate(rates)}
+    star = _star(links, {10 + w: w for w in range(4)})
     for members in ([10, 11, 12, 13], [11, 13], [12], [13, 10, 12]):
         workers = [m - 10 for m in members]
         for nbytes in (0, 4000, 1_000_003):
-            assert star.all_reduce_time(members, nbytes) == ref.all_reduce_time(cluster, workers, nbytes)
+            assert star.all_reduce_time(members, nbytes) == ref.all_reduce_time(links, workers, nbytes)
     # unequal latencies: each ring hop pays its own two access links, not twice the largest
-    cluster = Cluster([1.0] * 3, links={0: Link(0.1), 1: Link(0.0), 2: Link(0.0)})
-    star = _star(cluster, {1: 0, 2: 1, 3: 2})
+    links = {0: Link(0.1), 1: Link(0.0), 2: Link(0.0)}
+    star = _star(links, {1: 0, 2: 1, 3: 2})
     assert star.all_reduce_time([1, 2, 3], 300) == pytest.approx(2 * 2 * 0.1)
-    assert ref.all_reduce_time(cluster, [0, 1, 2], 300) == pytest.approx(2 * 2 * 0.2)
+    assert ref.all_reduce_time(links, [0, 1, 2], 300) == pytest.approx(2 * 2 * 0.2)
 
 
 def test_star_structure_and_a_failed_access_link() -> None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -37,6 +37,7 @@ from edgeml.algorithms.adsp import fit_reward
 from edgeml.algorithms.kit import LocalSGDConfig, LocalWorker, ParameterServer, ps_nodes, time_scale
 from edgeml.algorithms.registry import AlgorithmSpec, register
 from edgeml.errors import UserError
+from edgeml.schema import ranged
 
 if TYPE_CHECKING:
     from edgeml.runtime.base import Node
@@ -44,28 +45,23 @@ if TYPE_CHECKING:
 
 @dataclass
 class FixedAdacommConfig(LocalSGDConfig):
-    tau0: int = 0
+    tau0: int = ranged(0, ge=0, zero="search it over tau_candidates")
     """Local steps per round at the start; 0 chooses it by the search over ``tau_candidates``."""
-    tau_candidates: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    tau_candidates: list[int] = ranged(default_factory=lambda: [1, 2, 4, 8], ge=1)
     """Values of tau0 the search tries, in this order."""
-    trial_s: float = 0.0
+    trial_s: float = ranged(0.0, ge=0, zero="auto, one time unit")
     """How long each candidate runs in the tau0 search (seconds; at least two rounds). 0 (auto): one time unit
     (``kit.time_scale``: 20 steps of the fastest device or 1/40 of the time budget, whichever is longer)."""
-    target_ratio: float = 0.5
+    target_ratio: float = ranged(0.5, gt=0, lt=1)
     """Search reward target: this fraction of the lowest loss estimate seen during the search."""
 
     time_settings = ("lr_decay_s", "trial_s")
 
     def validate(self, cfg) -> None:
         super().validate(cfg)
-        name = cfg.run.algorithm
-        if self.tau0 < 0:
-            raise UserError(f"{name}.tau0 = {self.tau0}: must be >= 1 local steps, or 0 to search")
-        if not self.tau0 and (not self.tau_candidates or any(
-                not isinstance(t, int) or isinstance(t, bool) or t < 1 for t in self.tau_candidates)):
-            raise UserError(f"{name}.tau_candidates = {self.tau_candidates}: give a list of whole numbers >= 1")
-        if not 0 < self.target_ratio < 1:
-            raise UserError(f"{name}.target_ratio = {self.target_ratio}: must lie in (0, 1)")
+        if not self.tau0 and not self.tau_candidates:
+            raise UserError(f"{cfg.run.algorithm}.tau_candidates = []: give the values of tau0 to search (whole "
+                            f"numbers >= 1), or set tau0")
 
     def resolve(self, job) -> "FixedAdacommConfig":
         return dataclasses.replace(super().resolve(job), trial_s=self.trial_s or time_scale(job))
@@ -76,7 +72,7 @@ class FixedAdacommConfig(LocalSGDConfig):
 
 @dataclass
 class AdacommConfig(FixedAdacommConfig):
-    adapt_period_s: float = 0.0
+    adapt_period_s: float = ranged(0.0, ge=0, zero="auto, two time units")
     """Set tau = ceil(sqrt(L / L0) tau0) every this many seconds. 0 (auto): two time units (``kit.time_scale``)."""
 
     time_settings = ("lr_decay_s", "trial_s", "adapt_period_s")

@@ -74,6 +74,7 @@ import numpy as np
 from edgeml.algorithms.kit import LocalSGDConfig, LocalWorker, ParameterServer, ps_nodes, time_scale
 from edgeml.algorithms.registry import AlgorithmSpec, register
 from edgeml.errors import UserError
+from edgeml.schema import ranged
 
 if TYPE_CHECKING:
     from edgeml.runtime.base import Node
@@ -81,22 +82,22 @@ if TYPE_CHECKING:
 
 @dataclass
 class ADSPConfig(LocalSGDConfig):
-    check_period_s: float = 0.0
+    check_period_s: float = ranged(0.0, ge=0, zero="auto, kit.time_scale")
     """Check period Gamma in seconds (Sec. 5.1: 60 s). 0 (auto): ``kit.time_scale``, 20 steps of the fastest
     device or 1/40 of the time budget, whichever is longer (at most half an explicit ``epoch_s``)."""
-    epoch_s: float = 0.0
+    epoch_s: float = ranged(0.0, ge=0, zero="auto, 20 check periods")
     """Epoch length in seconds: the commit-rate search restarts every epoch (Sec. 5.1: 20 minutes). 0 (auto):
     20 check periods, the paper's ratio."""
-    fixed_rate: int = 0
+    fixed_rate: int = ranged(0, ge=0, zero="search the rate online")
     """Commit rate dC per check period; 0 searches it online (Alg. 1), > 0 fixes it (Fig. 3 sweeps)."""
-    loss_samples: int = 5
+    loss_samples: int = ranged(5, ge=3)
     """Global-loss samples per check period for the reward fit, evenly spaced from start to end (Sec. 4.2's
     example is 3: start, middle, end); >= 3."""
-    probe_samples: int = 512
+    probe_samples: int = ranged(512, ge=1)
     """Training examples (a fixed random sample) on which the scheduler evaluates the global loss."""
-    target_ratio: float = 0.5
+    target_ratio: float = ranged(0.5, gt=0, lt=1)
     """Reward target l* = this fraction of the lowest loss sampled in the two trials compared."""
-    target_loss: float = 0.0
+    target_loss: float = ranged(0.0, ge=0, zero="use target_ratio")
     """Fixed reward target l*; 0 uses ``target_ratio``."""
 
     time_settings = ("lr_decay_s", "check_period_s", "epoch_s")
@@ -106,17 +107,6 @@ class ADSPConfig(LocalSGDConfig):
         if self.check_period_s and self.epoch_s and self.epoch_s < 2 * self.check_period_s:
             raise UserError(f"adsp.epoch_s = {self.epoch_s}: must be >= 2 * check_period_s = "
                             f"{2 * self.check_period_s:g} (the search compares at least two periods)")
-        if self.fixed_rate < 0:
-            raise UserError(f"adsp.fixed_rate = {self.fixed_rate}: must be >= 0 (0 = search)")
-        if self.loss_samples < 3:
-            raise UserError(f"adsp.loss_samples = {self.loss_samples}: must be >= 3 (the fit has 3 parameters)")
-        if self.probe_samples < 1:
-            raise UserError(f"adsp.probe_samples = {self.probe_samples}: must be >= 1")
-        if not 0 < self.target_ratio < 1:
-            raise UserError(f"adsp.target_ratio = {self.target_ratio}: must lie in (0, 1)")
-        if not 0 <= self.target_loss < math.inf:
-            raise UserError(f"adsp.target_loss = {self.target_loss}: must be a finite number >= 0 (0 = use "
-                            f"target_ratio)")
 
     def resolve(self, job) -> "ADSPConfig":
         a = super().resolve(job)
@@ -285,12 +275,10 @@ def _probe(node: Node, n: int):
     """The global loss's evaluator: W on a fixed random sample of ``n`` training examples (outside any clock)."""
     import torch  # here, not at the top: importing the algorithms (config validation) stays free of torch
 
-    from edgeml.train import Evaluator
-
     ds = node.job.dataset
     g = torch.Generator().manual_seed(node.cfg.run.seed + 11)
     idx = torch.randperm(len(ds.y_train), generator=g)[: min(n, len(ds.y_train))]
-    return Evaluator(node.job, ds.x_train[idx], ds.y_train[idx])
+    return node.evaluator(ds.x_train[idx], ds.y_train[idx])
 
 
 def adsp_scheduler(node: Node) -> None:

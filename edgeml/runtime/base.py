@@ -22,11 +22,11 @@ The interface is deliberately small, and shaped like the papers' pseudocode:
   (stochastic rounding, sampling), so no algorithm couples nodes through a global random state.
 - ``trainer()``: this node's ``edgeml.train.Trainer`` over its shard, on its ``device`` (``cpu``/``cuda``).
 - ``neighbours()``: the ranks one link away in the run's topology whose links are up; ``load()``: what the
-  node's co-running workloads use (``edgeml.env``); ``count(name, n)``: a progress counter of the algorithm
+  node's co-running workloads use (``edgeml.world``); ``count(name, n)``: a progress counter of the algorithm
   (rounds, PS iterations, epochs), summed over nodes into a column of ``evals.csv``.
 
 **One message path.** A message's fate is decided here, once, in ``Node.send``: its arrival time (the route's
-cost in the run's topology, ``edgeml.env.Env.message``, behind the sender's uplink, which transmits one
+cost in the run's topology, ``edgeml.world.World.message``, behind the sender's uplink, which transmits one
 message at a time; messages between two nodes arrive in the order they were sent), whether it is lost (a
 failed link or no path left, or the destination is dead when it would arrive), and its bytes and byte-hops
 (bytes x links crossed, snap.txt Sec. II-B). ``push`` first waits the environment's random wait
@@ -66,6 +66,8 @@ import random
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
+
+from edgeml.rundir import EVAL_COLUMNS  # evals.csv's own columns, which no counter may shadow
 
 T = TypeVar("T")
 
@@ -216,9 +218,6 @@ class _Interrupted:
 
 INTERRUPTED = _Interrupted()
 COUNTER_NAME = re.compile(r"[a-z][a-z0-9_]*")
-EVAL_COLUMNS = ("time_s", "total_steps", "total_samples", "total_bytes", "total_byte_hops", "ps_ingress_bytes",
-                "loss", "accuracy", "messages_lost")
-"""``evals.csv``'s own columns (the algorithm's counters follow them), which no counter may shadow."""
 
 
 class Node:
@@ -245,22 +244,26 @@ class Node:
         """When the last message this node sent arrives (its in-flight time counts as communication)."""
         self.up_busy = 0.0
         """When this node's uplink has sent everything handed to it."""
-        workers = lay.roles.get("worker", [])
-        self.crash_schedule = {workers[w]: t for w, t in job.cluster.crash_times.items()}
+        self.crash_schedule = job.world.crash_times
         """Rank -> scheduled crash time: known to every node in advance."""
         seed = job.cfg.run.seed
         self._crash_rng = random.Random(f"{seed}/crash/{rank}")
         self.rng = random.Random(f"{seed}/node/{rank}")
         """This node's own random numbers (random peers): seeded, so ``sim`` stays deterministic."""
-        self.env = job.env
-        self.device: str = self.env.device(rank)
+        self.world = job.world
+        """The run's world (``edgeml.world``): the backends' to apply; programs ask through the methods below."""
+        self.device: str = self.world.device(rank)
         """Where this node's tensors live: ``cpu`` or ``cuda`` (``run.device``, per node ``cluster.devices``)."""
-        self._waits = self.env.rng(rank, "wait")
-        self._jitter = self.env.rng(rank, "jitter")
+        self._waits = self.world.rng(rank, "wait")
+        self._jitter = self.world.rng(rank, "jitter")
         self._arrivals: dict[int, float] = {}
         """Destination -> arrival time of the last message sent to it (messages between a pair stay in order)."""
         self._gen = None
         self._load_since: float | None = None
+
+    @property
+    def env(self):  # TRANSITIONAL: removed once no algorithm reads it
+        return self.world
 
     # ------------------------------------------------------------------ identity
     @property
@@ -342,10 +345,22 @@ class Node:
         return self.job.trainer(shard, self.device, gen=self.gen)
 
     # ------------------------------------------------------------------ environment
-    def neighbours(self, all: bool = False) -> list[int]:
-        """Ranks one link away in the run's topology whose links are up now (``all``: every neighbour, up or
-        not; their number is this node's degree). On the default star every other node is one."""
-        return self.env.neighbours(self.rank, None if all else self.now())
+    def neighbours(self, all: bool = False, *, rank: int | None = None, at: float | None = None) -> list[int]:
+        """Ranks one link away in the run's topology from node ``rank`` (default: this one) whose links are up at
+        ``at`` (default: now); ``all``: every neighbour, up or not (their number is the node's degree). On the
+        default star every other node is one. Any node may ask about any other (SNAP's peer graph)."""
+        return self.world.neighbours(self.rank if rank is None else rank,
+                                     None if all else (self.now() if at is None else at))
+
+    @property
+    def base_step_s(self) -> float:
+        """Step time of a factor-1 device with no slowdown or load (``cluster.base_step_s``, calibrated in procs):
+        the run's unit of computation time, the same at every node."""
+        return self.job.base_step_s
+
+    def shard_size(self, worker: int | None = None) -> int:
+        """Training samples in the shard of worker ``worker`` (default: this node's index)."""
+        return len(self.job.shards[self.index if worker is None else worker])
 
     def load(self):
         """``Load(cpu, net, disk)``: what this node's co-running workloads used since the previous call (cpu in
@@ -398,7 +413,7 @@ class Node:
 
     def step_duration(self, work: float = 1.0) -> float:
         """Modelled duration of a step of ``work`` steps' worth started now (the device and its modelled load)."""
-        return self.env.step_time(self.rank, self.now(), work)
+        return self.world.step_time(self.rank, self.now(), work)
 
     # ------------------------------------------------------------------ costs and evaluation
     # What a program may ask of the run's world and model without reading them: the cost model is the
@@ -406,13 +421,13 @@ class Node:
     def step_time(self, work: float = 1.0, *, rank: int | None = None, at: float | None = None) -> float:
         """Modelled duration of ``work`` steps' worth of computation on node ``rank`` (default: this one)
         started at ``at`` (default: now), from its device and modelled load (no throttling noise)."""
-        return self.env.step_time(self.rank if rank is None else rank, self.now() if at is None else at, work)
+        return self.world.step_time(self.rank if rank is None else rank, self.now() if at is None else at, work)
 
     def message_time(self, dst: int, nbytes: int, *, src: int | None = None, at: float = 0.0) -> float | None:
         """Transmission plus flight time of an ``nbytes`` message from ``src`` (default: this node) to ``dst``
         sent at ``at`` over the topology's route, with no queueing, jitter or co-running load; ``None`` when
         no path is left."""
-        route = self.env.topology.route(self.rank if src is None else src, dst, at)
+        route = self.world.topology.route(self.rank if src is None else src, dst, at)
         if route is None:
             return None
         tx, flight = route.delay(nbytes)
@@ -437,7 +452,7 @@ class Node:
     def send(self, dst: int, tag: str, *, detour: bool = False, **data: Any) -> int:
         """Send ``data`` to node ``dst``; returns the message's wire size in bytes. ``detour``: a message to a
         neighbour whose link is down takes the shortest path left instead of being lost (see
-        ``edgeml.topology``; traffic the network routes, as to a parameter server). ``detour`` is therefore not
+        ``edgeml.world.topology``; traffic the network routes, as to a parameter server). ``detour`` is therefore not
         a data field name."""
         return self._send(dst, tag, data, failure_point=False, detour=detour)
 
@@ -445,7 +460,7 @@ class Node:
         """``send``, marked as a failure point: with ``cluster.crash_prob`` p, a worker fails right after it
         (the papers' "fails after a push"). Queries, replies and control messages use ``send``. It first waits
         the environment's random wait (``cluster.random_wait_s``; adacomp.txt Sec. IV-A), counted as waiting."""
-        wait = self.env.random_wait(self._waits)
+        wait = self.world.random_wait(self._waits)
         if wait > 0:
             t0 = self.now()
             try:
@@ -457,10 +472,10 @@ class Node:
     def _send(self, dst: int, tag: str, data: dict[str, Any], failure_point: bool, detour: bool = False) -> int:
         self._check()
         nbytes = payload_nbytes(data)
-        p = self.job.cluster.crash_prob
+        p = self.world.crash_prob
         fails = failure_point and p > 0 and self.is_worker and self._crash_rng.random() < p
         t = self.now()
-        route = self.env.message(self.rank, dst, nbytes, t, self._jitter, detour)
+        route = self.world.message(self.rank, dst, nbytes, t, self._jitter, detour)
         delivered, byte_hops = False, 0
         if route is not None:  # None: a failed link or no path left, the message is lost on the way
             start = max(t, self.up_busy)  # the uplink sends one message at a time, lost or not
@@ -534,7 +549,7 @@ class Node:
         c.comm_s += self.now() - complete_at
         messages, nbytes = ring_traffic(len(members), tensor.numel() * tensor.element_size())
         successor = members[(members.index(self.rank) + 1) % len(members)]
-        byte_hops = self.env.topology.byte_hops(self.rank, successor, nbytes, complete_at) or 0
+        byte_hops = self.world.topology.byte_hops(self.rank, successor, nbytes, complete_at) or 0
         c.messages_sent += messages
         c.bytes_sent += nbytes
         c.byte_hops += byte_hops

@@ -1,11 +1,11 @@
 """Real co-running load for the ``procs`` backend, and what a node observes of it.
 
-A workload of the ``[load]`` schedule (``edgeml.env.Workload``: node, kind, intensity, start, end) becomes one
+A workload of the ``[load]`` schedule (``edgeml.world.load.Workload``: node, kind, intensity, start, end) becomes one
 or two OS processes, each loading one resource at a rate set by the intensity u in (0, 1]:
 
 - ``cpu``: in every 0.1 s period, spin until the process has had u x 0.1 s of CPU time (or the period is over),
   then sleep: a demand of u of one core. Sharing a core with a training step it gets at most half of it (the
-  kernel's fair share), which is what ``edgeml.env`` models in ``sim``.
+  kernel's fair share), which is what ``edgeml.world`` models in ``sim``.
 - ``disk``: per period, write u x ``disk_Bps`` x 0.1 / 2 bytes to a temporary file, ``fsync``, drop them from
   the page cache and read them back, so storage moves u x ``disk_Bps`` bytes/s (half written, half read; the
   paper's Sort co-runner reads and writes). The file is unlinked as soon as it is open: nothing is left on
@@ -25,7 +25,7 @@ foreground process group): the supervisor ends them, in order.
 Observation. ``LoadMeter`` reads, with psutil, what given processes (a node's interferers) used since the
 previous reading: ``Load(cpu, net, disk)`` with cpu in cores (1.0 = one core busy), net as bytes sent per second
 over ``net_Bps`` and disk as storage bytes per second over ``disk_Bps``. With the supervisor's rates these are
-u for an unhindered workload of intensity u, the same numbers ``edgeml.env.Env.load`` models in ``sim``. Linux
+u for an unhindered workload of intensity u, the same numbers ``edgeml.world.World.load`` models in ``sim``. Linux
 has no per-process network counters; the net workload writes to its socket with ``write(2)``, which the
 kernel counts in the process's ``write_chars``.
 """
@@ -45,30 +45,16 @@ import threading
 import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from edgeml.errors import UserError
+from edgeml.world.load import RESOURCES, Load
 
 PERIOD_S = 0.1
 """Each workload paces itself in periods this long."""
 FILE_LIMIT = 64 << 20
 """The disk workload's file wraps around at this size."""
 CHUNK = 1 << 20
-
-RESOURCES: dict[str, tuple[str, ...]] = {"cpu": ("cpu",), "disk": ("disk",), "net": ("net",), "io": ("disk", "net")}
-"""Workload kind -> the resources (one process each) it loads."""
-
-
-class Load(NamedTuple):
-    """Utilisation of the resources co-running work competes for."""
-
-    cpu: float
-    """CPU taken, in cores (1.0: one core busy all the time)."""
-    net: float
-    """Network traffic as a fraction of the net capacity (``load.net_MBps``)."""
-    disk: float
-    """Storage traffic as a fraction of the disk capacity (``load.disk_MBps``)."""
-
 
 # ------------------------------------------------------------------------------------------------- supervisor
 class Supervisor:

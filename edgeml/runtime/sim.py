@@ -126,7 +126,7 @@ class SimNode(Node):
         return result, duration
 
     def _load(self, since, t):
-        return self.env.load(self.rank, t, since)
+        return self.world.load(self.rank, t, since)
 
     def _stop_run(self, reason):
         if self.kernel.stop_request is None:
@@ -233,7 +233,7 @@ class Kernel:
         total = group[ranks[0]].clone()
         for r in ranks[1:]:
             total += group[r].to(total.device)  # members may sit on different devices (a CPU/GPU mix)
-        duration = self.job.env.all_reduce_time(ranks, total.numel() * total.element_size(), self.now)
+        duration = self.job.world.all_reduce_time(ranks, total.numel() * total.element_size(), self.now)
         for r in ranks:
             group[r].copy_(total)
             node = self.nodes[r]
@@ -287,8 +287,8 @@ class Kernel:
         for node in self.nodes.values():
             node.glet = greenlet.greenlet(node._main)
             node.arm(0.0)
-        for w, t in self.job.cluster.crash_times.items():
-            self.schedule(t, self.crash, self.nodes[self.roles["worker"][w]], pending=True)
+        for rank, t in self.job.world.crash_times.items():
+            self.schedule(t, self.crash, self.nodes[rank], pending=True)
         self.schedule(0.0, self._tick)
         max_time = self.job.cfg.stop.max_time
         if max_time:

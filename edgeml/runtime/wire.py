@@ -79,7 +79,8 @@ def sparse_layers(x: torch.Tensor, index: torch.Tensor, spans: Spans) -> Payload
     layer = _layer_of(index, offsets, sizes)
     order = torch.sort(layer, stable=True).indices
     index, layer = index[order], layer[order]
-    counts = torch.bincount(layer, minlength=len(sizes)) if len(sizes) else torch.zeros(0, dtype=torch.int64, device=layer.device)
+    counts = (torch.bincount(layer, minlength=len(sizes)) if len(sizes)
+              else torch.zeros(0, dtype=torch.int64, device=layer.device))
     return {"counts": counts.to(torch.int32), "local": (index - offsets[layer]).to(torch.int32),
             "values": x[index].to(torch.float32)}
 

@@ -33,7 +33,7 @@ def calibrate(job) -> dict[str, Any]:
     mode steps are not slept to a target: ``base_step_s`` is the fastest measured step (the unit of settings on
     the run's time scale)."""
     cfg = job.cfg
-    env = job.env
+    env = job.world
     workers = env.roles.get("worker", []) or env.ranks
     kinds = sorted({env.device(r) for r in workers})
     threads = torch.get_num_threads()

@@ -10,35 +10,32 @@ run directory), so nothing outlives a run.
 
 from __future__ import annotations
 
-import os
 import queue
 import time
 from pathlib import Path
 
 import torch.multiprocessing as mp
 
-from edgeml.metrics import RunWriter
+from edgeml.rundir import RunWriter
 from edgeml.runtime.procs.monitor import exit_text, monitor_main
 from edgeml.runtime.procs.node import node_main
 from edgeml.runtime.procs.transport import loopback_endpoints
 
 
-def run_local(job, path: Path, quiet: bool) -> tuple[str, str]:
-    """Run ``job`` with one process per node on this machine; returns (status, reason)."""
-    from edgeml.algorithms import get_algorithm
-
-    world = len(get_algorithm(job.cfg.run.algorithm).nodes(job.cfg)) + 1
+def run_local(job, programs: list, path: Path, progress) -> tuple[str, str]:
+    """Run ``job``'s node ``programs`` (role, program) with one process per node on this machine, the monitor
+    showing ``progress()`` (a picklable factory of the progress display); returns (status, reason)."""
+    world = len(programs) + 1
     endpoints = loopback_endpoints(world)
     # a fork server imports torch and edgeml once, then forks each node from that clean state: starting N
     # processes costs one import instead of N (fork from this process is unsafe once threads exist)
     ctx = mp.get_context("forkserver")
-    # (not the algorithms: importing them loads EDGEML_PLUGINS, which each process does with its own sys.path)
+    # (the programs are pickled to each child: a plugin's module is imported there by name when unpickled)
     ctx.set_forkserver_preload(["edgeml.runtime.forkserver", "edgeml.runtime.procs.launch"])
     control, result = ctx.Queue(), ctx.Queue()
-    plugins = os.environ.get("EDGEML_PLUGINS")
-    procs = [ctx.Process(target=monitor_main, args=(endpoints[0], job, str(path), quiet, control, result),
-                         kwargs={"plugins": plugins}, daemon=False)]
-    procs += [ctx.Process(target=node_main, args=(endpoints[r], job), kwargs={"plugins": plugins}, daemon=False)
+    procs = [ctx.Process(target=monitor_main, args=(endpoints[0], job, programs, str(path), progress, control,
+                                                    result), daemon=False)]
+    procs += [ctx.Process(target=node_main, args=(endpoints[r], job, programs), daemon=False)
               for r in range(1, world)]
     for p in procs:
         p.start()

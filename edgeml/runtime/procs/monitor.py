@@ -31,10 +31,11 @@ from pathlib import Path
 
 import torch
 
-from edgeml.metrics import Monitor, NodeReport, RunWriter, Totals, error_report
+from edgeml.metrics import Monitor, NodeReport, Totals, error_report, report_rows, summarize
+from edgeml.rundir import RunWriter
 from edgeml.runtime.base import Counters, Message, TagCounters, describe_blocked, layout
 from edgeml.runtime.interference import Supervisor, pin
-from edgeml.runtime.procs.node import die_with_parent, load_plugins
+from edgeml.runtime.procs.node import die_with_parent
 from edgeml.runtime.procs.transport import CONTROL, Endpoint, Transport
 
 STALL_S = 3.0
@@ -71,10 +72,10 @@ class Snapshots:
 
 
 class RunMonitor:
-    def __init__(self, job, transport: Transport, writer: RunWriter, monitor: Monitor, epoch: float,
-                 supervised: bool):
+    def __init__(self, job, programs: list, transport: Transport, writer: RunWriter, monitor: Monitor,
+                 epoch: float, supervised: bool):
         self.job = job
-        self.lay = lay = layout(_programs(job))
+        self.lay = lay = layout(programs)
         self.transport = transport
         self.writer = writer
         self.monitor = monitor
@@ -92,8 +93,7 @@ class RunMonitor:
         """Why a node program ended the run (``Node.stop_run``)."""
         self.interrupted = False
         self.stopping = False
-        workers = lay.roles.get("worker", [])
-        self.crash_schedule = {workers[w]: t for w, t in job.cluster.crash_times.items()}
+        self.crash_schedule = job.world.crash_times
 
     def now(self) -> float:
         return time.time() - self.epoch
@@ -246,12 +246,6 @@ class RunMonitor:
             self.transport.send(r, CONTROL + "exit", {}, {})
 
 
-def _programs(job):
-    from edgeml.algorithms import get_algorithm
-
-    return get_algorithm(job.cfg.run.algorithm).nodes(job.cfg)
-
-
 def exit_text(code: int | None) -> str:
     if code is not None and code < 0:
         try:
@@ -265,7 +259,7 @@ def co_running(job, epoch: float) -> Supervisor:
     """Start the run's co-running workloads (``[load] schedule``) as real processes, from this (the monitor's)
     main thread so that they die with it; each node with workloads gets ``load.cores`` CPUs of the host of its
     own, shared with its interferers (``cpus``; empty without a schedule)."""
-    env = job.env
+    env = job.world
     load = job.cfg.load
     ranks = sorted({w.rank for w in env.workloads})
     cpus = pin(ranks, load.cores, sorted(os.sched_getaffinity(0))) if ranks else {}
@@ -275,12 +269,10 @@ def co_running(job, epoch: float) -> Supervisor:
     return sup
 
 
-def monitor_main(endpoint: Endpoint, job, path: str, quiet: bool, control, result, standalone: bool = True,
-                 plugins: str | None = None, supervised: bool = True) -> None:
-    """Entry point of the monitor (rank 0): evaluation, stopping rules, progress and the run directory."""
-    from edgeml.progress import RunProgress
-
-    load_plugins(plugins)
+def monitor_main(endpoint: Endpoint, job, programs: list, path: str, progress, control, result,
+                 standalone: bool = True, supervised: bool = True) -> None:
+    """Entry point of the monitor (rank 0): evaluation, stopping rules, progress (``progress()`` makes the
+    display: a context manager whose ``update(row)`` takes each evaluation) and the run directory."""
     launcher_gone = threading.Event()
     if standalone:
         signal.signal(signal.SIGUSR1, lambda *_: launcher_gone.set())
@@ -290,7 +282,7 @@ def monitor_main(endpoint: Endpoint, job, path: str, quiet: bool, control, resul
     torch.set_num_threads(job.cfg.run.threads)
     transport = Transport(endpoint)
     writer = RunWriter.attach(Path(path))
-    progress = RunProgress(job.cfg, quiet=quiet)
+    progress = progress()
     monitor = Monitor(job, writer, on_row=progress.update)
     epoch = time.time() + 0.2
     interferers = co_running(job, epoch)
@@ -300,14 +292,16 @@ def monitor_main(endpoint: Endpoint, job, path: str, quiet: bool, control, resul
                                                   "cpus": interferers.cpus,
                                                   "interferers": {r: interferers.pids(r) for r in interferers.cpus}},
                            {})
-        run = RunMonitor(job, transport, writer, monitor, epoch, supervised)
+        run = RunMonitor(job, programs, transport, writer, monitor, epoch, supervised)
     except BaseException:
         interferers.stop()
         raise
     try:
         status, reason, duration = run.run(control, launcher_gone)
         progress.__exit__(None, None, None)
-        writer.finish(list(run.reports.values()), run.series, monitor.rows, duration, status, reason, job)
+        reports = list(run.reports.values())
+        writer.finish(*report_rows(reports, duration), run.series,
+                      summarize(job, reports, monitor.rows, duration, status, reason), duration, status, reason)
         run.release()
         result.put((status, reason))
         if launcher_gone.is_set():  # nobody else is left to say where the results are

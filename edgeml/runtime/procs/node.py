@@ -40,15 +40,6 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
         pass
 
 
-def load_plugins(names: str | None) -> None:
-    """Register the launcher's plugin algorithms here too (the fork server may predate them)."""
-    from edgeml.algorithms import _load_plugins
-
-    if names:
-        os.environ["EDGEML_PLUGINS"] = names
-        _load_plugins()
-
-
 class ProcsNode(Node):
     def __init__(self, rank: int, lay: Layout, job, transport: Transport, epoch: float):
         super().__init__(rank, lay, job, transport.dead)
@@ -151,9 +142,9 @@ class ProcsNode(Node):
         if not cluster.throttle:
             target = 0.0
         elif cluster.throttle_mode == "scale":
-            target = elapsed * self.env.speed_factor(self.rank, start)
+            target = elapsed * self.world.speed_factor(self.rank, start)
         else:
-            target = self.job.base_step_s * self.env.speed_factor(self.rank, start) * work
+            target = self.job.base_step_s * self.world.speed_factor(self.rank, start) * work
         if target - elapsed - self.throttle_debt > 0 or interrupt is not None:
             # pace like a token bucket: past oversleep (the OS wakes us late under load) shortens this sleep,
             # so the mean step time converges on the target instead of drifting above it
@@ -241,23 +232,19 @@ class ProcsNode(Node):
     def _reduced(self, tensor: torch.Tensor, members: list[int], complete_at: float) -> tuple[list[int], float]:
         """Spend the modelled reduction time, counted from when the last member joined."""
         nbytes = tensor.numel() * tensor.element_size()
-        modelled = self.env.all_reduce_time(members, nbytes, complete_at)
+        modelled = self.world.all_reduce_time(members, nbytes, complete_at)
         if complete_at + modelled > self.now():
             self._pause(complete_at + modelled - self.now())
         return list(members), complete_at
 
 
-def node_main(endpoint: Endpoint, job, standalone: bool = True, plugins: str | None = None) -> None:
-    """Entry point of a node process (rank >= 1)."""
-    from edgeml.algorithms import get_algorithm
-
-    load_plugins(plugins)
+def node_main(endpoint: Endpoint, job, programs: list, standalone: bool = True) -> None:
+    """Entry point of a node process (rank >= 1), running its program of ``programs`` (role, program)."""
     if standalone:
         die_with_parent()
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher handles Ctrl-C and stops us in order
     torch.set_num_threads(job.cfg.run.threads)
     rank = endpoint.rank
-    programs = get_algorithm(job.cfg.run.algorithm).nodes(job.cfg)
     program = programs[rank - 1][1]
     transport = Transport(endpoint)
     with transport.cond:  # wait for the monitor's start signal (carries the shared clock epoch)

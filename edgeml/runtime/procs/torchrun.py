@@ -77,13 +77,14 @@ class _LocalQueue:
         self.items.append(item)
 
 
-def torchrun_node(job) -> None:
+def torchrun_node(job, programs: list) -> None:
     endpoint, _store = _endpoint()
-    node_main(endpoint, job, standalone=False)
+    node_main(endpoint, job, programs, standalone=False)
 
 
-def torchrun_monitor(job, path: Path, quiet: bool) -> tuple[str, str]:
+def torchrun_monitor(job, programs: list, path: Path, progress) -> tuple[str, str]:
     endpoint, _store = _endpoint()  # rank 0 may host the store: keep it for the run
     result = _LocalQueue()
-    monitor_main(endpoint, job, str(path), quiet, _LocalQueue(), result, standalone=False, supervised=False)
+    monitor_main(endpoint, job, programs, str(path), progress, _LocalQueue(), result, standalone=False,
+                 supervised=False)
     return result.get()

@@ -19,8 +19,8 @@ Cost. A message of B bytes on path e_1..e_h takes
 every hop's latency once; store-and-forward would add B / rate(e) at every hop, which for a message split into
 packets is only the last packet's worth). ``extra(src)`` is the sender's per-message delay (ADSP's commit
 delay). The sender's first link carries one message after another: ``Route.delay`` returns that transmission
-time separately, as ``hetero.Cluster.message_delay`` does. On the default star, where every path is access link
-up, hub, access link down, this is exactly ``Cluster.message_delay``.
+time separately. On the default star, where every path is access link up, hub, access link down, this is the
+per-worker access-link model: latency(a) + latency(b) + B / min(up(a), down(b)).
 
 Communication cost (snap.txt Sec. II-B): a flow of B bytes over h hops costs B x h byte-hops. On the star a
 message between two ranks crosses two links (through the hub), so it costs 2B.
@@ -43,10 +43,20 @@ import networkx as nx
 import numpy as np
 
 from edgeml.errors import UserError
-from edgeml.hetero import Link
 
 HUB = -1
 """The star's switch: a relay node, never a rank."""
+
+
+@dataclass(frozen=True)
+class Link:
+    """A node's access link on the star: one-way latency, rates up and down (bytes/s; ``inf`` is ideal) and the
+    sender's extra delay per message (``network.commit_delay_s``)."""
+
+    latency_s: float = 0.0
+    up_Bps: float = math.inf
+    down_Bps: float = math.inf
+    extra_s: float = 0.0
 
 TOPOLOGIES: dict[str, str] = {
     "star": "every node on an access link to one switch (the default: the per-worker links of [network])",

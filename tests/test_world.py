@@ -1,4 +1,4 @@
-"""The environment keyed by rank (edgeml.env): devices, speeds, network, failures, waits, jitter and the
+"""The world keyed by rank (edgeml.world): devices, speeds, network, failures, waits, jitter and the
 co-running load model, each checked by hand; and the config that describes them."""
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ import statistics
 import pytest
 
 from edgeml.config import load_config
-from edgeml.env import build_env, fair_share, parse_nodes
 from edgeml.errors import UserError
-from edgeml.hetero import build_cluster
-from edgeml.runtime.interference import Load
+from edgeml.runtime.base import layout
+from edgeml.world import build
+from edgeml.world.build import access_links, parse_nodes
+from edgeml.world.load import Load, fair_share
 try:
     from tests import access_links as ref
 except ImportError:  # tests/ itself on the path
@@ -23,15 +24,17 @@ PS, W0, W1, W2, W3 = 1, 2, 3, 4, 5  # ranks of bsp with 4 workers: the PS first,
 
 
 def env_of(*overrides: str, **kw):
+    from edgeml.algorithms import get_algorithm
+
     cfg = load_config(overrides=["cluster.workers=4", *overrides])
-    return build_env(cfg, **kw), cfg
+    return build(cfg, layout(get_algorithm(cfg.run.algorithm).nodes(cfg)).roles, **kw), cfg
 
 
-def test_default_star_reproduces_the_cluster_link_model_exactly():
+def test_default_star_reproduces_the_access_link_model_exactly():
     env, cfg = env_of("cluster.hetero='1:2:4:4'", "network.latency_s=0.01", "network.up_mbps=8",
                       "network.down_mbps=80", "network.commit_delay_s=0.003",
                       "network.links=[{worker=2, latency_s=0.05, up_mbps=2}]")
-    cluster = build_cluster(cfg)
+    links = access_links(cfg)
     worker = {PS: None, W0: 0, W1: 1, W2: 2, W3: 3}
     assert env.roles == {"ps": [PS], "worker": [W0, W1, W2, W3]}
     for src in worker:
@@ -40,15 +43,15 @@ def test_default_star_reproduces_the_cluster_link_model_exactly():
                 continue
             for nbytes in (0, 1000, 123_457):
                 got = env.message(src, dst, nbytes, t=3.0)
-                assert (got.tx, got.flight) == ref.message_delay(cluster, worker[src], worker[dst], nbytes)
+                assert (got.tx, got.flight) == ref.message_delay(links, worker[src], worker[dst], nbytes)
                 assert got.hops == 2  # through the switch
     # the PS's link is ideal: a message from it to worker 0 costs worker 0's latency and downlink only
     assert env.message(PS, W0, 10_000, 0.0) == (0.0, 0.01 + 10_000 / 1e7, 2)
 
 
-def test_all_reduce_on_the_star_with_equal_latencies_is_the_clusters():
+def test_all_reduce_on_the_star_with_equal_latencies_is_the_access_link_models():
     env, cfg = env_of("network.latency_s=0.004", "network.up_mbps=8", "network.down_mbps=16")
-    reference = ref.all_reduce_time(build_cluster(cfg), [0, 1, 2], 3000)
+    reference = ref.all_reduce_time(access_links(cfg), [0, 1, 2], 3000)
     assert env.all_reduce_time([W0, W1, W2], 3000) == pytest.approx(reference)
 
 
@@ -56,16 +59,16 @@ def test_speed_factors_and_slowdowns_for_any_role():
     env, cfg = env_of("cluster.hetero='1:2:4:4'", "cluster.base_step_s=0.5",
                       "cluster.slowdowns=[{worker=1, start=1.0, end=2.0, factor=3.0},"
                       "{node='ps', start=1.0, end=2.0, factor=5.0}, {node='worker:0-1', start=0, factor=2}]")
-    cluster = build_cluster(cfg)
+    factors = ref.profile_factors(cfg.cluster.hetero, 4)
     assert [env.speed_factor(r, 0.0) for r in (PS, W0, W1, W2, W3)] == [1, 2, 4, 4, 4]
     assert env.speed_factor(PS, 1.5) == 5 and env.speed_factor(PS, 2.0) == 1
-    assert env.speed_factor(W1, 1.5) == 2 * 3 * 2 == ref.step_factor(cluster, 1, 1.5) * 2
+    assert env.speed_factor(W1, 1.5) == 2 * 3 * 2 == ref.step_factor(factors, cfg.cluster.slowdowns, 1, 1.5) * 2
     assert env.step_time(PS, 1.0) == 2.5 and env.step_time(W0, 0.0, work=0.25) == 0.25
-    # without node entries a worker's factor is the cluster's, bit for bit
+    # without node entries a worker's factor is the profile's, bit for bit
     env, cfg = env_of("cluster.hetero='H=3.2'", "cluster.slowdowns=[{worker=3, start=0, end=9, factor=1.7}]")
-    cluster = build_cluster(cfg)
+    factors = ref.profile_factors(cfg.cluster.hetero, 4)
     for i, r in enumerate(env.roles["worker"]):
-        assert env.step_time(r, 1.0) == env.base_step_s * ref.step_factor(cluster, i, 1.0)
+        assert env.step_time(r, 1.0) == env.base_step_s * ref.step_factor(factors, cfg.cluster.slowdowns, i, 1.0)
 
 
 def test_node_sets():
@@ -286,7 +289,7 @@ def test_environment_config_round_trips_through_toml(tmp_path):
 
 
 def test_model_width_reaches_the_model_builder():
-    from edgeml.train import build_job
+    from edgeml.runner import prepare
 
     with pytest.raises(UserError, match="width multiplier 0.5 for model 'mlp'"):
-        build_job(load_config(overrides=["model.name='mlp'", "model.width=0.5"]))
+        prepare(load_config(overrides=["model.name='mlp'", "model.width=0.5"]))[0]
