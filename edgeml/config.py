@@ -22,7 +22,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from edgeml.errors import UserError
-from edgeml.schema import COMMON_SECTIONS, Config, check_fields, update_section
+from edgeml.schema import COMMON_SECTIONS, Config, check_fields, did_you_mean, unknown_keys, update_section
 
 
 # --------------------------------------------------------------------------------------------- parsing
@@ -83,16 +83,22 @@ def build_config(layers: dict[str, dict[str, Any]]) -> Config:
     algorithm = layers.get("run", {}).get("algorithm", cfg.run.algorithm)
     spec = get_algorithm(str(algorithm))
     cfg.algo = spec.config()
+    targets, unknown = {}, []
     for section, values in layers.items():
         if section in COMMON_SECTIONS:
-            update_section(getattr(cfg, section), section, values)
+            targets[section] = getattr(cfg, section)
         elif section == spec.name or ALIASES.get(section) == spec.name:  # [tap] for asp, [centralized], ...
-            update_section(cfg.algo, section, values)
+            targets[section] = cfg.algo
         else:
-            raise UserError(
-                f"unknown config section [{section}]: use one of {', '.join(COMMON_SECTIONS)} "
-                f"or [{spec.name}] for the algorithm's own settings"
-            )
+            sections = [*COMMON_SECTIONS, spec.name]
+            unknown.append(f"section [{section}]{did_you_mean(section, sections)}")
+            continue
+        unknown += [f"'{section}.{key}'{hint}" for key, hint in unknown_keys(targets[section], values)]
+    if unknown:  # every unknown name at once, so one run finds every typo
+        raise UserError(f"unknown config {'entries' if len(unknown) > 1 else 'entry'} {'; '.join(unknown)}: "
+                        f"see edgeml list settings and edgeml list {spec.name} for the known ones")
+    for section, obj in targets.items():
+        update_section(obj, section, layers[section])
     validate(cfg)
     return cfg
 

@@ -363,13 +363,31 @@ def _types(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
+def did_you_mean(name: str, known: list[str]) -> str:
+    """`` (did you mean 'max_time'?)`` for the closest known name, or nothing."""
+    import difflib
+
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def unknown_keys(obj: Any, values: dict[str, Any]) -> list[tuple[str, str]]:
+    """The keys of ``values`` that dataclass ``obj`` has no field for, each with a suggestion (or "")."""
+    known = list(_types(type(obj)))
+    return [(key, did_you_mean(key, known)) for key in values if key not in known]
+
+
 def update_section(obj: Any, section: str, values: dict[str, Any]) -> None:
-    """Set fields of dataclass ``obj`` from ``values``, refusing unknown keys and mistyped values."""
+    """Set fields of dataclass ``obj`` from ``values``, refusing unknown keys (all of them at once, each with
+    its closest known key) and mistyped values."""
+    unknown = unknown_keys(obj, values)
+    if unknown:
+        known = ", ".join(sorted(_types(type(obj)))) or "(none)"
+        listed = ", ".join(f"'{section}.{key}'{hint}" for key, hint in unknown)
+        raise UserError(f"unknown config key{'s' if len(unknown) > 1 else ''} {listed}: known keys in [{section}] "
+                        f"are {known}")
     hints = _types(type(obj))
     for key, value in values.items():
-        if key not in hints:
-            known = ", ".join(sorted(hints)) or "(none)"
-            raise UserError(f"unknown config key '{section}.{key}': known keys in [{section}] are {known}")
         setattr(obj, key, _check_value(f"{section}.{key}", hints[key], value))
 
 

@@ -283,7 +283,15 @@ class Kernel:
         return f"no node can make progress: {describe_blocked(blocked)}"
 
     def run(self) -> tuple[str, str]:
-        """Run to a stopping rule, the end of every program or a stall; returns (status, reason)."""
+        """Run to a stopping rule, the end of every program or a stall; returns (status, reason). Native thread
+        pools (BLAS, OpenMP: scikit-learn, scipy) keep to ``run.threads`` as torch does, so results do not
+        depend on the host's core count."""
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(self.job.cfg.run.threads):
+            return self._run()
+
+    def _run(self) -> tuple[str, str]:
         for node in self.nodes.values():
             node.glet = greenlet.greenlet(node._main)
             node.arm(0.0)

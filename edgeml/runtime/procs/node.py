@@ -24,6 +24,7 @@ from dataclasses import asdict
 from typing import Any
 
 import torch
+from threadpoolctl import threadpool_limits
 
 from edgeml.runtime.base import INTERRUPTED, Layout, Message, Node, NodeCrashed, StopRun, layout
 from edgeml.runtime.interference import Load, LoadMeter
@@ -244,6 +245,7 @@ def node_main(endpoint: Endpoint, job, programs: list, standalone: bool = True) 
         die_with_parent()
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher handles Ctrl-C and stops us in order
     torch.set_num_threads(job.cfg.run.threads)
+    threadpool_limits(job.cfg.run.threads)  # native pools too (BLAS, OpenMP: scikit-learn, scipy), for the process
     rank = endpoint.rank
     program = programs[rank - 1][1]
     transport = Transport(endpoint)
