@@ -155,3 +155,16 @@ def test_a_fast_sender_is_not_serialized_by_slow_receivers():
     assert tx == 0 and flight == pytest.approx(0.1)
     tx, flight = ref.message_delay(c, 0, None, 125_000)  # upload: unlimited here
     assert tx == 0 and flight == 0
+
+
+def test_every_unknown_key_is_reported_at_once_with_a_suggestion(tmp_path):
+    path = tmp_path / "typos.toml"
+    path.write_text('[stop]\nmax_tme = 3\n[run]\nbackned = "sim"\n[netwrok]\nlatency_s = 1\n[ssp]\nstalenes = 2\n')
+    with pytest.raises(UserError) as exc:
+        load_config(path, overrides=["run.algorithm='ssp'", "stop.zzz=1"])
+    text = str(exc.value)
+    assert "\n" not in text
+    for part in ("'stop.max_tme' (did you mean 'max_time'?)", "'run.backned' (did you mean 'backend'?)",
+                 "section [netwrok] (did you mean 'network'?)", "'ssp.stalenes' (did you mean 'staleness'?)",
+                 "'stop.zzz'"):
+        assert part in text, part
