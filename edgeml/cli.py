@@ -16,10 +16,12 @@ from rich.table import Table
 from rich.text import Text
 
 from edgeml.schema import COMMON_SECTIONS, ClusterSection, DataSection, RunSection, StopSection, range_of
-from edgeml.errors import RunFailed, UserError
+from edgeml.errors import Interrupted, RunFailed, UserError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
-                  help="Reproduce and compare distributed training schemes across heterogeneous edge devices.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="Reproduce and compare distributed training schemes across heterogeneous edge devices. "
+                       "Run an algorithm with `edgeml run ALGORITHM` (`edgeml list` shows them), a paper's "
+                       "experiment with `edgeml reproduce PAPER`.")
 # No emoji codes: user text such as the profile "1:2:3" or a path must print as written.
 err = Console(stderr=True, emoji=False)
 
@@ -36,8 +38,16 @@ def command(*args, **kwargs):
             except UserError as exc:
                 err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
                 raise typer.Exit(2) from None
-            except KeyboardInterrupt:
-                err.print("[yellow]interrupted[/yellow]: what was measured so far is in the run directory")
+            except KeyboardInterrupt as exc:
+                path = getattr(exc, "path", None)
+                if path is not None:  # a run directory holds what was measured: its path, last on stdout as ever
+                    err.print(f"[yellow]interrupted[/yellow]: what was measured so far is in {escape(str(path))}",
+                              soft_wrap=True)
+                    typer.echo(path)
+                elif isinstance(exc, Interrupted):
+                    err.print("[yellow]interrupted[/yellow] before the run started: no run directory was made")
+                else:
+                    err.print("[yellow]interrupted[/yellow]")
                 raise typer.Exit(130) from None
             except RunFailed as exc:  # its traceback is in the run directory's error.txt (EDGEML_DEBUG=1 shows it)
                 err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
@@ -137,7 +147,10 @@ def run(
     cfg = build_config(merge(*layers, {"run": {"algorithm": algorithm}}, flags, parse_overrides(set_)))
     if not quiet:
         _preparing(cfg)
-    from edgeml.runner import run as run_config  # torch loads here, after the input is known to be good
+    try:
+        from edgeml.runner import run as run_config  # torch loads here, after the input is known to be good
+    except KeyboardInterrupt:
+        raise Interrupted() from None  # nothing written yet
 
     typer.echo(run_config(cfg, quiet=quiet))
 
@@ -325,6 +338,17 @@ def reproduce(
                          force=force) / "REPORT.md")
 
 
+METAVARS = {
+    "algorithm": "ALGORITHM", "workers": "N", "dataset": "NAME", "model": "NAME", "backend": "procs|sim",
+    "hetero": "PROFILE", "network": "NAME", "device": "cpu|cuda", "seed": "SEED", "max_time": "SECONDS",
+    "max_steps": "STEPS", "target_accuracy": "ACCURACY", "target_loss": "LOSS", "partition": "NAME",
+    "batch_size": "N", "data_root": "DIR", "out": "DIR", "name": "NAME", "config": "FILE", "set_": "KEY=VALUE",
+    "run_dirs": "RUNS...", "rule": "stays|smoothed|first|stopping", "baseline": "NAME", "paper": "PAPER",
+    "seeds": "N,N,...", "only": "GLOB", "what": "WHAT",
+}
+"""The metavar of each option in ``--help``: what its value is."""
+
+
 def _stop_on_signals() -> None:
     """SIGTERM (``timeout``, job schedulers) stops a run in order, as Ctrl-C does; and Ctrl-C works even when
     a non-interactive shell started us in the background with SIGINT ignored."""
@@ -344,8 +368,19 @@ def main() -> None:
         from click.exceptions import ClickException
 
     _stop_on_signals()
+    cli = typer.main.get_command(app)
+    for command in cli.commands.values():  # what a value is, as a reader of --help wants it (not its type)
+        for param in command.params:
+            param.metavar = METAVARS.get(param.name, param.metavar)
+    if len(sys.argv) > 1 and sys.argv[1] not in cli.commands and not sys.argv[1].startswith("-"):
+        from edgeml.algorithms import ALIASES, REGISTRY
+
+        if sys.argv[1].lower() in REGISTRY or sys.argv[1].lower() in ALIASES:  # the design card's `edgeml adsp`
+            err.print(Text.assemble(("error: ", "red"), f"no command {sys.argv[1]!r}: run an algorithm with "
+                                    f"edgeml run {sys.argv[1]} (see edgeml --help)"), soft_wrap=True)
+            sys.exit(2)
     try:
-        code = app(standalone_mode=False)
+        code = cli(standalone_mode=False)
     except ClickException as exc:  # a mistyped option or value: one line, as for every other bad input
         if type(exc).__name__ != "NoArgsIsHelpError":  # that one has printed the help already
             hint = f" (see {exc.ctx.command_path} --help)" if getattr(exc, "ctx", None) else ""

@@ -10,6 +10,15 @@ class UserError(ValueError):
     """Bad input from the user: unknown names, impossible values, missing data."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) stopped a run: ``path`` is its run directory, holding what was measured, or None when
+    the run had not made one yet."""
+
+    def __init__(self, path=None):
+        super().__init__(path)
+        self.path = path
+
+
 class RunFailed(RuntimeError):
     """A run (or some runs of a reproduction) failed after writing what it measured; the node's traceback is in
     the run directory's ``error.txt``. The command line prints the message and exits with code 1. Any other

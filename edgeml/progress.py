@@ -1,4 +1,5 @@
-"""Live progress of a run in the terminal (rich), silent with ``--quiet``."""
+"""Progress of a run on stderr, silent with ``--quiet``: a live status line on a terminal, and a plain line every
+few seconds elsewhere (CI logs, pipes, files), so a long run never looks hung."""
 
 from __future__ import annotations
 
@@ -9,13 +10,17 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from edgeml.runtime.base import EVAL_COLUMNS
+from edgeml.rundir import EVAL_COLUMNS
+
+PLAIN_EVERY_S = 5.0
+"""Seconds of wall time between two plain progress lines when stderr is not a terminal."""
 
 
 class RunProgress:
     """One status line: clock, steps, the algorithm's counters, loss, accuracy; refreshed on every evaluation.
 
-    It only appears once a run has lasted a couple of seconds, so short runs stay quiet.
+    On a terminal it appears once a run has lasted a couple of seconds, so short runs stay quiet; elsewhere a
+    plain line is printed every ``PLAIN_EVERY_S`` seconds of wall time (the first after as long).
     """
 
     def __init__(self, cfg, quiet: bool = False, console: Console | None = None):
@@ -24,10 +29,11 @@ class RunProgress:
         self.console = console or Console(stderr=True)
         self.live: Live | None = None
         self.t0 = time.monotonic()
+        self.printed = self.t0
         self.last: dict | None = None
 
-    def __enter__(self) -> "RunProgress":
-        self.t0 = time.monotonic()
+    def __enter__(self) -> RunProgress:
+        self.t0 = self.printed = time.monotonic()
         return self
 
     def __exit__(self, *exc) -> None:
@@ -44,13 +50,20 @@ class RunProgress:
             (f"{c.run.algorithm} ", "bold cyan"), f"{c.run.backend} w={c.cluster.workers}  ",
             f"clock {row['time_s']:.1f}{budget} s  steps {row['total_steps']}  ",
             "".join(f"{k} {v:g}  " for k, v in row.items() if k not in EVAL_COLUMNS),
-            f"loss {loss:.4f}  " if not math.isnan(loss) else "", (f"acc {acc:.3f}" if not math.isnan(acc) else "", "green"))
+            f"loss {loss:.4f}  " if not math.isnan(loss) else "",
+            (f"acc {acc:.3f}" if not math.isnan(acc) else "", "green"))
 
     def update(self, row: dict) -> None:
         self.last = row
         if self.quiet:
             return
-        if self.live is None and time.monotonic() - self.t0 > 2.0 and self.console.is_terminal:
+        now = time.monotonic()
+        if not self.console.is_terminal:
+            if now - self.printed >= PLAIN_EVERY_S:
+                self.printed = now
+                self.console.print(self._line(row), soft_wrap=True, highlight=False)
+            return
+        if self.live is None and now - self.t0 > 2.0:
             self.live = Live(self._line(row), console=self.console, refresh_per_second=4, transient=False)
             self.live.start()
         if self.live is not None:

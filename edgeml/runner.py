@@ -23,7 +23,7 @@ import torch
 
 import edgeml
 from edgeml.schema import Config
-from edgeml.errors import RunFailed, UserError
+from edgeml.errors import Interrupted, RunFailed, UserError
 from edgeml.metrics import Monitor, error_report, report_rows, summarize
 from edgeml.rundir import RunWriter
 from edgeml.progress import RunProgress
@@ -96,7 +96,18 @@ def check_capacity(cfg: Config, nodes: int, cores: int) -> None:
 
 
 def run(cfg: Config, *, quiet: bool = True, path: Path | None = None) -> Path:
-    """Run ``cfg``; return the run directory. Raises UserError on bad input before anything is written."""
+    """Run ``cfg``; return the run directory. Raises UserError on bad input before anything is written, and
+    ``Interrupted`` (a KeyboardInterrupt naming the run directory, or None when none was made yet) on Ctrl-C."""
+    path = path or run_dir_for(cfg)
+    try:
+        return _run(cfg, quiet, path)
+    except Interrupted:
+        raise
+    except KeyboardInterrupt:
+        raise Interrupted(path if path.exists() else None) from None
+
+
+def _run(cfg: Config, quiet: bool, path: Path) -> Path:
     job, programs = prepare(cfg, base_step_s=None if cfg.run.backend == "sim" else 0.0)  # refuses bad data first
     world = job.world
     cuda = [r for r in world.ranks if world.device(r) == "cuda"]
@@ -105,7 +116,7 @@ def run(cfg: Config, *, quiet: bool = True, path: Path | None = None) -> Path:
                         f"is visible: use --device cpu, or cluster.devices to put them on cpu")
     progress = partial(RunProgress, cfg, quiet=quiet)
     if cfg.run.backend == "sim":
-        return _run_sim(cfg, job, programs, path or run_dir_for(cfg), progress, quiet)
+        return _run_sim(cfg, job, programs, path, progress, quiet)
 
     from edgeml.runtime import procs
 
@@ -115,7 +126,6 @@ def run(cfg: Config, *, quiet: bool = True, path: Path | None = None) -> Path:
         if world.workloads:
             raise UserError("load.schedule is not supported under torchrun (the interfering processes run on the "
                             "launching host only): run the co-running load experiment on one machine, or in sim")
-    path = path or run_dir_for(cfg)
     if not torchrun:
         check_capacity(cfg, len(programs), procs.host_cores())
     if torchrun and not procs.torchrun_is_monitor():

@@ -98,6 +98,29 @@ def test_a_sim_run_stops_on_ctrl_c_or_sigterm_and_keeps_results(tmp_path, sig):
     assert meta["status"] == "interrupted" and meta["stop_reason"] == "interrupted by the user"
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["total_steps"] > 0
     assert len(pd.read_csv(evals)) >= 3
+    assert out.strip().splitlines()[-1] == str(tmp_path / "r")  # the path, last on stdout as for any run
+    assert f"what was measured so far is in {tmp_path / 'r'}" in err
+
+
+def test_ctrl_c_before_the_run_directory_exists_says_none_was_made(tmp_path):
+    p = _cli("run", "asp", "--backend", "sim", "--out", str(tmp_path), "--name", "r")
+    time.sleep(1.5)  # importing torch, loading data: nothing written yet
+    assert not (tmp_path / "r").exists()
+    os.killpg(p.pid, signal.SIGINT)
+    out, err = p.communicate(timeout=40)
+    assert p.returncode == 130 and not (tmp_path / "r").exists() and out == ""
+    assert "no run directory was made" in err and "Traceback" not in err
+
+
+def test_progress_lines_reach_a_log_when_stderr_is_not_a_terminal(tmp_path):
+    """Not on a terminal (a CI log), a long run prints a plain progress line every few seconds to stderr."""
+    p = _cli("run", "asp", "--backend", "sim", "--max-time", "1e9", "--out", str(tmp_path), "--name", "r")
+    time.sleep(14)
+    os.killpg(p.pid, signal.SIGINT)
+    out, err = p.communicate(timeout=40)
+    lines = [line for line in err.splitlines() if line.startswith("asp sim w=4") and "clock" in line]
+    assert len(lines) >= 1, err
+    assert "\x1b" not in err  # plain text, no terminal control sequences
 
 
 def test_a_dying_worker_ends_the_run_cleanly(tmp_path):
