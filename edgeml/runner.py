@@ -23,6 +23,7 @@ import torch
 
 import edgeml
 from edgeml.schema import Config
+from edgeml.algorithms import get_algorithm
 from edgeml.errors import Interrupted, RunFailed, UserError
 from edgeml.metrics import Monitor, error_report, report_rows, summarize
 from edgeml.rundir import RunWriter
@@ -76,8 +77,6 @@ def prepare(cfg: Config, *, base_step_s: float | None = None) -> tuple[Job, list
     """The job (its world built once, with the algorithm's roles; data; initial model) and the algorithm's node
     programs of a run of ``cfg``. ``base_step_s``: a factor-1 step's time when not ``cluster.base_step_s``
     (procs calibrates it later). Raises ``UserError`` on impossible settings."""
-    from edgeml.algorithms import get_algorithm
-
     programs = get_algorithm(cfg.run.algorithm).nodes(cfg)
     world = build_world(cfg, layout(programs).roles, base_step_s=base_step_s)
     return build_job(cfg, world), programs
@@ -128,13 +127,14 @@ def _run(cfg: Config, quiet: bool, path: Path) -> Path:
                             "launching host only): run the co-running load experiment on one machine, or in sim")
     if not torchrun:
         check_capacity(cfg, len(programs), procs.host_cores())
+    preload = get_algorithm(cfg.run.algorithm).preload
     if torchrun and not procs.torchrun_is_monitor():
-        procs.torchrun_node(job, programs)  # does not return
+        procs.torchrun_node(job, programs, preload)  # does not return
     calibration = procs.calibrate(job)
     job.base_step_s = calibration["base_step_s"]
     RunWriter(path, cfg.to_dict(), meta_for(cfg, job, calibration)).close()
     status, reason = (procs.torchrun_monitor(job, programs, path, progress) if torchrun
-                      else procs.run_local(job, programs, path, progress))
+                      else procs.run_local(job, programs, path, progress, preload))
     return _outcome(path, status, reason, quiet)
 
 

@@ -123,6 +123,34 @@ def test_progress_lines_reach_a_log_when_stderr_is_not_a_terminal(tmp_path):
     assert "\x1b" not in err  # plain text, no terminal control sequences
 
 
+def test_preloaded_modules_load_before_the_clock_starts(tmp_path):
+    """A module an algorithm declares in ``preload`` is imported in every node process before the run's clock
+    starts (the monitor waits for each node to be ready): its first use mid-run costs the node nothing."""
+    p = _cli("run", "test-preload", "--workers", "2", "--max-time", "2", "--out", str(tmp_path), "--name", "r", "-q",
+             env={"EDGEML_PLUGINS": "edgeml_testplugins"})
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    probe = pd.read_csv(tmp_path / "r" / "series" / "probe.csv")
+    assert len(probe) == 2 and (probe.import_s < 0.2).all(), probe  # 1.5 s each without the preload
+
+
+@pytest.mark.slow
+def test_adsp_on_procs_keeps_committing(tmp_path):
+    """ADSP's workers never stop committing: the scheduler sends a target every check period (0.5 s here), its
+    reward fit's scipy loaded before the clock starts (a first import mid-run, seconds on a host with a
+    process per worker, once held every commit back for most of the run)."""
+    p = _cli("run", "adsp", "--workers", "18", "--max-time", "10", "--out", str(tmp_path), "--name", "r", "-q")
+    out, err = p.communicate(timeout=180)
+    assert p.returncode == 0, err
+    evals = pd.read_csv(tmp_path / "r" / "evals.csv")
+    started = evals[evals.commits > 0]
+    assert len(started) >= 5
+    # from one evaluation to the next (1 s apart) after the first commit, commits grow
+    for t in started.time_s[started.time_s <= evals.time_s.max() - 1]:
+        later = evals[evals.time_s >= t + 0.9].commits.iloc[0]
+        assert later > evals[evals.time_s == t].commits.iloc[0], evals[["time_s", "commits"]].to_string()
+
+
 def test_a_dying_worker_ends_the_run_cleanly(tmp_path):
     p = _cli("run", "test-die", "--workers", "3", "--max-time", "60", "--out", str(tmp_path), "--name", "r", "-q",
              env={"EDGEML_PLUGINS": "edgeml_testplugins"})

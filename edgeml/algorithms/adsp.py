@@ -351,4 +351,4 @@ def adsp_scheduler(node: Node) -> None:
 
 register(AlgorithmSpec("adsp", "Adaptive synchronous parallel: no waiting, commit rates searched online",
                        ADSPConfig, ps_nodes(adsp_server, adsp_worker, ("scheduler", adsp_scheduler)),
-                       "adsp.txt Sec. 3-4, Alg. 1-2"))
+                       "adsp.txt Sec. 3-4, Alg. 1-2", preload=("scipy.optimize",)))  # the reward fit

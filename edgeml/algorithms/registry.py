@@ -24,6 +24,10 @@ class AlgorithmSpec:
     config: type
     nodes: Callable[[object], list[tuple[str, Callable]]]
     paper: str = ""
+    preload: tuple[str, ...] = ()
+    """Modules the node programs import lazily that take long to load (``scipy.optimize``, scikit-learn):
+    backends on a wall clock import them in every node process before the run's clock starts, so a first use
+    mid-run does not stall the node (importing them at the top would slow config validation instead)."""
 
 
 REGISTRY: dict[str, AlgorithmSpec] = {}

@@ -28,3 +28,16 @@ def shared_probe(node):
 
 
 register(AlgorithmSpec("test-shared", "reports shared data", PSConfig, ps_nodes(asp_server, shared_probe)))
+
+
+def lazy_importer(node):
+    """Imports a slow module at its first use, mid-run, and logs how long that took on the run's clock."""
+    t0 = node.now()
+    import edgeml_slowimport  # noqa: F401
+
+    node.log("probe", import_s=node.now() - t0)
+    ps_worker(node)
+
+
+register(AlgorithmSpec("test-preload", "imports a slow module mid-run", PSConfig, ps_nodes(asp_server, lazy_importer),
+                       preload=("edgeml_slowimport",)))

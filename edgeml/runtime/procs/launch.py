@@ -22,9 +22,10 @@ from edgeml.runtime.procs.node import node_main
 from edgeml.runtime.procs.transport import loopback_endpoints
 
 
-def run_local(job, programs: list, path: Path, progress) -> tuple[str, str]:
+def run_local(job, programs: list, path: Path, progress, preload: tuple[str, ...] = ()) -> tuple[str, str]:
     """Run ``job``'s node ``programs`` (role, program) with one process per node on this machine, the monitor
-    showing ``progress()`` (a picklable factory of the progress display); returns (status, reason)."""
+    showing ``progress()`` (a picklable factory of the progress display), every node importing ``preload``
+    before the clock starts; returns (status, reason)."""
     world = len(programs) + 1
     endpoints = loopback_endpoints(world)
     # a fork server imports torch and edgeml once, then forks each node from that clean state: starting N
@@ -35,8 +36,8 @@ def run_local(job, programs: list, path: Path, progress) -> tuple[str, str]:
     control, result = ctx.Queue(), ctx.Queue()
     procs = [ctx.Process(target=monitor_main, args=(endpoints[0], job, programs, str(path), progress, control,
                                                     result), daemon=False)]
-    procs += [ctx.Process(target=node_main, args=(endpoints[r], job, programs), daemon=False)
-              for r in range(1, world)]
+    procs += [ctx.Process(target=node_main, args=(endpoints[r], job, programs), kwargs={"preload": preload},
+                          daemon=False) for r in range(1, world)]
     for p in procs:
         p.start()
     for e in endpoints:

@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import signal
@@ -269,6 +270,26 @@ def co_running(job, epoch: float) -> Supervisor:
     return sup
 
 
+def await_ready(transport: Transport, ranks, control, within: float = 300.0) -> None:
+    """Wait until every node process said it is ready (its imports done), one died, the launcher sent word (an
+    interrupt, a death: handed on to the run afterwards), or ``within`` seconds passed: the run's clock starts
+    only then, so no node's start-up is charged to the run."""
+    waiting, told = set(ranks), []
+    deadline = time.monotonic() + within
+    with transport.cond:
+        while waiting and time.monotonic() < deadline:
+            waiting -= transport.dead
+            waiting = {r for r in waiting if transport.take(r, CONTROL + "ready", math.inf)[0] is None}
+            while not control.empty():
+                told.append(control.get())
+            if told:
+                break
+            if waiting:
+                transport.cond.wait(0.1)
+    for item in told:  # the run acts on them as if they came now
+        control.put(item)
+
+
 def monitor_main(endpoint: Endpoint, job, programs: list, path: str, progress, control, result,
                  standalone: bool = True, supervised: bool = True) -> None:
     """Entry point of the monitor (rank 0): evaluation, stopping rules, progress (``progress()`` makes the
@@ -284,6 +305,7 @@ def monitor_main(endpoint: Endpoint, job, programs: list, path: str, progress, c
     writer = RunWriter.attach(Path(path))
     progress = progress()
     monitor = Monitor(job, writer, on_row=progress.update)
+    await_ready(transport, range(1, len(endpoint.addresses)), control)
     epoch = time.time() + 0.2
     interferers = co_running(job, epoch)
     try:

@@ -14,6 +14,7 @@ condition wait with housekeeping, so the end of the run or a crash interrupts it
 from __future__ import annotations
 
 import ctypes
+import importlib
 import os
 import pickle
 import signal
@@ -239,8 +240,9 @@ class ProcsNode(Node):
         return list(members), complete_at
 
 
-def node_main(endpoint: Endpoint, job, programs: list, standalone: bool = True) -> None:
-    """Entry point of a node process (rank >= 1), running its program of ``programs`` (role, program)."""
+def node_main(endpoint: Endpoint, job, programs: list, standalone: bool = True, preload: tuple[str, ...] = ()) -> None:
+    """Entry point of a node process (rank >= 1), running its program of ``programs`` (role, program). It
+    imports the ``preload`` modules and tells the monitor it is ready before the run's clock starts."""
     if standalone:
         die_with_parent()
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher handles Ctrl-C and stops us in order
@@ -248,7 +250,10 @@ def node_main(endpoint: Endpoint, job, programs: list, standalone: bool = True) 
     threadpool_limits(job.cfg.run.threads)  # native pools too (BLAS, OpenMP: scikit-learn, scipy), for the process
     rank = endpoint.rank
     program = programs[rank - 1][1]
+    for module in preload:  # seconds on a busy host: not on the run's clock
+        importlib.import_module(module)
     transport = Transport(endpoint)
+    transport.send(0, CONTROL + "ready", {}, {})
     with transport.cond:  # wait for the monitor's start signal (carries the shared clock epoch)
         while True:
             msg, _ = transport.take(0, CONTROL + "start", float("inf"))

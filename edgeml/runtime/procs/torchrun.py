@@ -77,9 +77,9 @@ class _LocalQueue:
         self.items.append(item)
 
 
-def torchrun_node(job, programs: list) -> None:
+def torchrun_node(job, programs: list, preload: tuple[str, ...] = ()) -> None:
     endpoint, _store = _endpoint()
-    node_main(endpoint, job, programs, standalone=False)
+    node_main(endpoint, job, programs, standalone=False, preload=preload)
 
 
 def torchrun_monitor(job, programs: list, path: Path, progress) -> tuple[str, str]:
