@@ -108,6 +108,7 @@ def test_tau_shrinks_as_the_loss_falls(tmp_path):
     assert all(b < a for a, b in zip(taus, taus[1:]))  # each change shortens it here, as the loss only falls
 
 
+@pytest.mark.slow
 def test_default_time_settings_follow_the_run(tmp_path):
     """Left at 0, trial_s is one time unit and adapt_period_s two: 20 s / 40 = 0.5 s and 1 s in a 20 s run."""
     path = _run(tmp_path, "adacomm", "cluster.workers=2", "stop.max_time=20")

@@ -44,6 +44,7 @@ def _read_back(path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return nodes, tags
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", SHIPPED)
 def test_every_algorithm_keeps_the_contract_on_both_backends(tmp_path, algorithm):
     sizes = {}

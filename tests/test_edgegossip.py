@@ -236,6 +236,7 @@ def go(tmp_path, name, *overrides):
     return run(cfg, quiet=True)
 
 
+@pytest.mark.slow
 def test_edgegossip_balances_heterogeneous_platforms(tmp_path):
     path = go(tmp_path, "eg", "run.algorithm='edgegossip'", "stop.max_time=4")
     epochs = pd.read_csv(path / "series/epochs.csv")
@@ -275,6 +276,7 @@ def test_edgegossip_predicts_under_co_running_load(tmp_path):
     assert len(readings) == len(epochs[epochs.failed == 0]) and (readings.value == 0).all()
 
 
+@pytest.mark.slow
 def test_a_crash_past_the_failure_share_moves_its_data_to_the_live_platforms(tmp_path):
     path = go(tmp_path, "crash", "run.algorithm='edgegossip'", "stop.max_time=3",
               "cluster.crashes=[{worker = 3, time = 1.0}]")

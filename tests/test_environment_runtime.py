@@ -48,6 +48,7 @@ def nodes(path: Path) -> pd.DataFrame:
     return pd.read_csv(path / "nodes.csv").set_index("rank")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sim", "procs"])
 def test_an_algorithm_can_end_the_run_saying_why(tmp_path, plugins, backend):
     path = one(tmp_path, backend, "env-stop", "cluster.workers=2", "cluster.base_step_s=0.02", "stop.max_time=30",
@@ -58,6 +59,7 @@ def test_an_algorithm_can_end_the_run_saying_why(tmp_path, plugins, backend):
     assert 1.0 <= evals.time_s.iloc[-1] < 5.0 and len(evals) >= 4 and evals.accuracy.notna().all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sim", "procs"])
 def test_an_interrupted_step_ends_at_the_message_and_charges_only_its_part(tmp_path, plugins, backend):
     path = one(tmp_path, backend, "env-interrupt", "cluster.workers=2", "cluster.base_step_s=0.1",
@@ -106,6 +108,7 @@ def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
     return [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
+@pytest.mark.slow
 def test_procs_cpu_interferer_raises_load_and_scaled_step_time(tmp_path, plugins):
     path = one(tmp_path, "procs", "env-load", "cluster.workers=1", "cluster.throttle_mode='scale'",
                "stop.max_time=5", "eval.interval=1", "load.cores=1",
@@ -125,6 +128,7 @@ def _cli(*args: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ending", ["ctrl-c", "killed monitor", "completed"])
 def test_no_interferer_outlives_a_procs_run(tmp_path, ending):
     p = _cli("run", "env-load", "--workers", "2", "--max-time", "4" if ending == "completed" else "60",
@@ -151,6 +155,7 @@ def test_no_interferer_outlives_a_procs_run(tmp_path, ending):
     assert meta["status"] == {"ctrl-c": "interrupted", "killed monitor": "failed", "completed": "completed"}[ending]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sim", "procs"])
 def test_a_ring_with_a_failed_link_routes_counts_hops_and_loses_what_crosses_it(tmp_path, plugins, backend):
     path = one(tmp_path, backend, "env-neighbours", "cluster.workers=4", "network.topology='ring'",
@@ -176,6 +181,7 @@ def test_a_ring_with_a_failed_link_routes_counts_hops_and_loses_what_crosses_it(
         assert evals.messages.iloc[-1] == n.messages_sent.sum()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sim", "procs"])
 def test_on_the_star_every_message_crosses_two_links_and_commits_are_counted(tmp_path, backend):
     path = one(tmp_path, backend, "asp", "cluster.workers=2", "stop.max_time=2", "eval.interval=0.5")
@@ -187,6 +193,7 @@ def test_on_the_star_every_message_crosses_two_links_and_commits_are_counted(tmp
     assert (tags.byte_hops == 2 * tags.bytes_sent).all()
 
 
+@pytest.mark.slow
 def test_random_waits_before_pushes_are_seeded_and_have_the_mean_set(tmp_path):
     runs = [one(tmp_path, "sim", "asp", "cluster.workers=2", "cluster.base_step_s=0.01", "stop.max_time=10",
                 "cluster.random_wait_s=0.02", name=f"r{i}") for i in range(2)]

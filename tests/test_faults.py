@@ -53,6 +53,7 @@ def nodes(path: Path) -> pd.DataFrame:
     return pd.read_csv(path / "nodes.csv").set_index("rank")
 
 
+@pytest.mark.slow
 def test_all_reduce_timeout_and_worker_to_worker_messages(tmp_path, plugins):
     for backend, path in run_both(tmp_path, "fault-primitives", "stop.max_time=1.5").items():
         p = probe(path)
@@ -74,6 +75,7 @@ def test_all_reduce_timeout_and_worker_to_worker_messages(tmp_path, plugins):
         assert meta(path)["status"] == "completed"
 
 
+@pytest.mark.slow
 def test_messages_to_dead_peers_are_dropped_and_counted_the_same(tmp_path, plugins):
     runs = run_both(tmp_path, "fault-lost", "stop.max_time=2", "cluster.crashes=[{worker=1, time=0.5}]")
     for backend, path in runs.items():
@@ -89,6 +91,7 @@ def test_messages_to_dead_peers_are_dropped_and_counted_the_same(tmp_path, plugi
         assert meta(path)["status"] == "completed"
 
 
+@pytest.mark.slow
 def test_a_crash_during_all_reduce_leaves_the_survivors_reducing(tmp_path, plugins):
     # worker 0 (the lowest rank: the reduction's root in procs) crashes while the others wait for it
     runs = run_both(tmp_path, "fault-reduce-crash", "stop.max_time=2", "cluster.crashes=[{worker=0, time=0.5}]")
@@ -104,6 +107,7 @@ def test_a_crash_during_all_reduce_leaves_the_survivors_reducing(tmp_path, plugi
         assert bool(n.loc[1, "crashed"]) and meta(path)["status"] == "completed"
 
 
+@pytest.mark.slow
 def test_evaluation_goes_on_after_an_exposer_crashed(tmp_path, plugins):
     runs = run_both(tmp_path, "fault-exposers", "stop.max_time=4", "eval.interval=0.5",
                     "cluster.crashes=[{worker=1, time=1.0}]")
@@ -127,6 +131,7 @@ def test_the_final_row_averages_every_node_that_ever_exposed(plugins):
     assert monitor.evaluator(live)[0] != loss
 
 
+@pytest.mark.slow
 def test_a_stalled_run_ends_as_stalled_naming_the_blocked_nodes(tmp_path):
     runs = run_both(tmp_path, "bsp", "cluster.workers=2", "stop.max_time=60", "stop.loss_variance=1e-9",
                     "cluster.crashes=[{worker=1, time=0.5}]")
@@ -167,6 +172,7 @@ def _cli(*args, env=None):
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
+@pytest.mark.slow
 def test_a_node_error_in_procs_gives_one_literal_line_and_error_txt(tmp_path):
     p = _cli("run", "fault-raises", "--workers", "2", "--max-time", "30", "--out", str(tmp_path), "--name", "r")
     out, err = p.communicate(timeout=120)
@@ -193,6 +199,7 @@ def _pids(folder: Path, names: list[str], within: float = 30) -> dict[str, int]:
     return {n: int((folder / n).read_text()) for n in names}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("victim, rank", [("worker1", 3), ("ps0", 1)])
 def test_a_killed_node_fails_the_run_in_one_line_and_is_blamed(tmp_path, victim, rank):
     pids = tmp_path / "pids"
@@ -214,6 +221,7 @@ def test_a_killed_node_fails_the_run_in_one_line_and_is_blamed(tmp_path, victim,
     assert n.crashed.tolist() == [r == rank for r in n.index]
 
 
+@pytest.mark.slow
 def test_a_killed_monitor_still_ends_the_run_record(tmp_path):
     pids = tmp_path / "pids"
     pids.mkdir()

@@ -62,6 +62,7 @@ def loading(pids, timeout: float = 20.0) -> None:
     raise AssertionError("interfering processes did not start loading")
 
 
+@pytest.mark.slow
 def test_a_cpu_workload_raises_observed_cpu_load():
     sup = Supervisor([W(1, "cpu", 1.0, 0.0, math.inf), W(2, "cpu", 1.0, math.inf, math.inf)],
                      epoch=time.time(), net_Bps=1e6, disk_Bps=1e6)

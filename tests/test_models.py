@@ -30,6 +30,7 @@ def test_forward_shape(name: str, shape: tuple[int, ...]) -> None:
     assert model(torch.randn(3, *shape)).shape == (3, 10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", IMAGE_SHAPES)
 @pytest.mark.parametrize("name", ["resnet18", "resnet18-v1"])
 def test_resnet18_forward(name: str, shape: tuple[int, ...]) -> None:

@@ -83,6 +83,7 @@ def _cli(*args, env=None, **kw):
                             stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_sim_run_stops_on_ctrl_c_or_sigterm_and_keeps_results(tmp_path, sig):
     # node programs are greenlets on the main thread: the signal lands inside one of them and must still end
@@ -102,6 +103,7 @@ def test_a_sim_run_stops_on_ctrl_c_or_sigterm_and_keeps_results(tmp_path, sig):
     assert f"what was measured so far is in {tmp_path / 'r'}" in err
 
 
+@pytest.mark.slow
 def test_ctrl_c_before_the_run_directory_exists_says_none_was_made(tmp_path):
     p = _cli("run", "asp", "--backend", "sim", "--out", str(tmp_path), "--name", "r")
     time.sleep(1.5)  # importing torch, loading data: nothing written yet
@@ -112,6 +114,7 @@ def test_ctrl_c_before_the_run_directory_exists_says_none_was_made(tmp_path):
     assert "no run directory was made" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_progress_lines_reach_a_log_when_stderr_is_not_a_terminal(tmp_path):
     """Not on a terminal (a CI log), a long run prints a plain progress line every few seconds to stderr."""
     p = _cli("run", "asp", "--backend", "sim", "--max-time", "1e9", "--out", str(tmp_path), "--name", "r")
@@ -123,6 +126,7 @@ def test_progress_lines_reach_a_log_when_stderr_is_not_a_terminal(tmp_path):
     assert "\x1b" not in err  # plain text, no terminal control sequences
 
 
+@pytest.mark.slow
 def test_preloaded_modules_load_before_the_clock_starts(tmp_path):
     """A module an algorithm declares in ``preload`` is imported in every node process before the run's clock
     starts (the monitor waits for each node to be ready): its first use mid-run costs the node nothing."""
@@ -151,6 +155,7 @@ def test_adsp_on_procs_keeps_committing(tmp_path):
         assert later > evals[evals.time_s == t].commits.iloc[0], evals[["time_s", "commits"]].to_string()
 
 
+@pytest.mark.slow
 def test_a_dying_worker_ends_the_run_cleanly(tmp_path):
     p = _cli("run", "test-die", "--workers", "3", "--max-time", "60", "--out", str(tmp_path), "--name", "r", "-q",
              env={"EDGEML_PLUGINS": "edgeml_testplugins"})
@@ -166,6 +171,7 @@ def test_a_dying_worker_ends_the_run_cleanly(tmp_path):
     assert not _children_alive(p.pid)
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_in_order_and_keeps_results(tmp_path):
     p = _cli("run", "bsp", "--workers", "2", "--max-time", "120", "--out", str(tmp_path), "--name", "r", "-q")
     evals = _wait_for_evaluations(tmp_path / "r")
@@ -182,6 +188,7 @@ def test_ctrl_c_stops_in_order_and_keeps_results(tmp_path):
     assert not [k for k in kids if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]
 
 
+@pytest.mark.slow
 def test_two_runs_side_by_side_and_crash_schedule(tmp_path):
     args = ["run", "asp", "--workers", "2", "--max-time", "3", "--out", str(tmp_path), "-q"]
     a = _cli(*args, "--name", "a", "--set", "cluster.crashes=[{worker=1, time=1.0}]")
@@ -197,6 +204,7 @@ def test_two_runs_side_by_side_and_crash_schedule(tmp_path):
 
 @pytest.mark.skipif(not any((Path(sys.executable).parent / n).exists() for n in ("torchrun",)),
                     reason="torchrun not installed next to this python")
+@pytest.mark.slow
 def test_torchrun_two_launchers_as_two_machines(tmp_path):
     from edgeml.runtime.procs.transport import listen
 
@@ -218,6 +226,7 @@ def test_torchrun_two_launchers_as_two_machines(tmp_path):
     assert json.loads((tmp_path / "tr" / "summary.json").read_text())["status"] == "completed"
 
 
+@pytest.mark.slow
 def test_workers_share_the_dataset_memory(tmp_path):
     p = _cli("run", "test-shared", "--workers", "2", "--max-time", "1", "--out", str(tmp_path), "--name", "r", "-q",
              env={"EDGEML_PLUGINS": "edgeml_testplugins"})
@@ -262,6 +271,7 @@ def _serve(endpoint) -> None:
     time.sleep(60)
 
 
+@pytest.mark.slow
 def test_a_dead_peer_neither_blocks_nor_breaks_the_transport():
     import torch.multiprocessing as mp
 
@@ -292,6 +302,7 @@ def _descendants_gone(kids: list[psutil.Process], within: float) -> bool:
     return False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 130), (signal.SIGKILL, -9)])
 def test_killing_the_launcher_leaves_no_process_behind(tmp_path, sig, code):
     p = _cli("run", "asp", "--workers", "2", "--max-time", "120", "--out", str(tmp_path), "--name", "r", "-q")
@@ -310,6 +321,7 @@ def test_killing_the_launcher_leaves_no_process_behind(tmp_path, sig, code):
     assert len(pd.read_csv(evals)) >= 2  # what was measured stays readable either way
 
 
+@pytest.mark.slow
 def test_a_single_machine_run_listens_on_loopback_only(tmp_path):
     p = _cli("run", "asp", "--workers", "2", "--max-time", "120", "--out", str(tmp_path), "--name", "r", "-q")
     _wait_for_evaluations(tmp_path / "r")

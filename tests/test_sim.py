@@ -36,6 +36,7 @@ def test_bsp_with_one_worker_equals_plain_sgd():
     assert not torch.equal(ps.exposed, job.init_params)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hetero", ["homogeneous", "1:2:5"])
 def test_ssp_with_bound_zero_equals_bsp(hetero):
     common = ["cluster.workers=3", f"cluster.hetero='{hetero}'", "stop.max_time=3", "stop.max_steps=0"]
@@ -61,6 +62,7 @@ def test_ssp_never_exceeds_its_staleness_bound():
     assert stale.staleness.min() >= 0
 
 
+@pytest.mark.slow
 def test_sim_is_deterministic(tmp_path):
     args = ["run.algorithm='asp'", "run.backend='sim'", "cluster.workers=3", "cluster.hetero='1:2:3'",
             "stop.max_time=3", f"run.out='{tmp_path}'"]
@@ -109,6 +111,7 @@ def test_link_model_latency_and_bandwidth():
                                               rel=0.02)
 
 
+@pytest.mark.slow
 def test_commit_delay_and_slowdown():
     fast, *_ = simulate("run.algorithm='asp'", "cluster.workers=2", "cluster.base_step_s=0.01", "stop.max_time=2")
     slowed, *_ = simulate("run.algorithm='asp'", "cluster.workers=2", "cluster.base_step_s=0.01", "stop.max_time=2",
@@ -136,6 +139,7 @@ def test_crash_schedule_and_probability():
         assert n.counters.messages_sent == n.counters.steps
 
 
+@pytest.mark.slow
 def test_stopping_rules():
     # a step budget bounds the run, so a target that is never reached fails the test instead of hanging it
     _, mon, _, reason = simulate("run.algorithm='asp'", "cluster.workers=2", "stop.max_time=0",
@@ -152,6 +156,7 @@ def test_stopping_rules():
     assert max(losses) - min(losses) < 0.2
 
 
+@pytest.mark.slow
 def test_a_diverged_model_stops_the_run_only_when_asked():
     # a step size far past the stable range makes the loss infinite or NaN within a few evaluations
     blowup = ("run.algorithm='asp'", "cluster.workers=2", "stop.max_time=0", "stop.max_steps=3000",
@@ -224,6 +229,7 @@ def test_all_reduce_timeout_and_messages(probe_algorithm):
     assert hello["value"] == 3 + 7 and hello["nbytes"] == 3 * 8 + 8
 
 
+@pytest.mark.slow
 def test_sim_results_do_not_depend_on_the_thread_count_left_by_what_ran_before(tmp_path):
     args = ["run.algorithm='asp'", "run.backend='sim'", "cluster.workers=2", "stop.max_time=0.5",
             "eval.interval=0.1", f"run.out='{tmp_path}'"]
