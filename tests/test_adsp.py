@@ -133,7 +133,8 @@ def test_config_errors_name_the_key(override, key):
 def _run(tmp_path, *overrides):
     cfg = load_config(overrides=["run.algorithm='adsp'", "run.backend='sim'", f"run.out='{tmp_path}'", *overrides])
     path = run(cfg, quiet=True)
-    read = lambda name: pd.read_csv(path / "series" / f"{name}.csv")
+    def read(name):
+        return pd.read_csv(path / "series" / f"{name}.csv")
     return path, read
 
 

@@ -31,7 +31,8 @@ def _read_back(path) -> tuple[pd.DataFrame, pd.DataFrame]:
     summary = json.loads((path / "summary.json").read_text())
     assert meta["status"] == summary["status"] == "completed", meta.get("stop_reason")
     evals = pd.read_csv(path / "evals.csv")
-    assert len(evals) >= 2 and math.isfinite(evals.loss.iloc[-1]) and math.isclose(summary["final_loss"], evals.loss.iloc[-1], rel_tol=1e-12)
+    assert len(evals) >= 2 and math.isfinite(evals.loss.iloc[-1])
+    assert math.isclose(summary["final_loss"], evals.loss.iloc[-1], rel_tol=1e-12)
     nodes = pd.read_csv(path / "nodes.csv")
     assert (nodes[nodes.role == "worker"].steps > 0).all()
     for series in (path / "series").glob("*.csv") if (path / "series").exists() else []:

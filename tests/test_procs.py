@@ -218,7 +218,7 @@ def test_torchrun_two_launchers_as_two_machines(tmp_path):
     procs = [subprocess.Popen([torchrun, "--node-rank", str(i), *common], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for i in (0, 1)]
     outs = [p.communicate(timeout=120) for p in procs]
-    for p, (o, e) in zip(procs, outs):
+    for p, (_o, e) in zip(procs, outs):
         assert p.returncode == 0, e[-2000:]
     nodes = pd.read_csv(tmp_path / "tr" / "nodes.csv")
     assert list(nodes.role) == ["ps", "worker", "worker"]

@@ -42,7 +42,8 @@ def test_ssp_with_bound_zero_equals_bsp(hetero):
     common = ["cluster.workers=3", f"cluster.hetero='{hetero}'", "stop.max_time=3", "stop.max_steps=0"]
     bsp, *_ = simulate("run.algorithm='bsp'", *common)
     ssp, *_ = simulate("run.algorithm='ssp'", "ssp.staleness=0", *common)
-    steps = lambda k: [n.counters.steps for n in k.nodes.values() if n.info.role == "worker"]
+    def steps(k):
+        return [n.counters.steps for n in k.nodes.values() if n.info.role == "worker"]
     assert steps(bsp) == steps(ssp)
     assert torch.allclose(ps_params(bsp), ps_params(ssp), rtol=0, atol=1e-6)
     # and a positive bound really lets fast workers run ahead
@@ -118,7 +119,8 @@ def test_commit_delay_and_slowdown():
                           "cluster.slowdowns=[{worker=1, start=0.5, end=1.5, factor=4.0}]")
     delayed, *_ = simulate("run.algorithm='asp'", "cluster.workers=2", "cluster.base_step_s=0.01", "stop.max_time=2",
                            "network.commit_delay_s=0.01")
-    steps = lambda k: [n.counters.steps for n in k.nodes.values() if n.info.role == "worker"]
+    def steps(k):
+        return [n.counters.steps for n in k.nodes.values() if n.info.role == "worker"]
     assert steps(fast) == [200, 200] or all(abs(s - 200) <= 1 for s in steps(fast))
     assert abs(steps(slowed)[0] - 200) <= 1
     assert abs(steps(slowed)[1] - (50 + 25 + 50)) <= 2  # 0.5 s fast, 1 s at 4x, 0.5 s fast

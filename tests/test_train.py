@@ -152,7 +152,7 @@ def test_layer_views_tile_the_flat_vectors(model: str) -> None:
         end += layer.size
     assert end == t.params.numel() and t.spans == [(layer.offset, layer.size) for layer in t.layers]
     t.gradient()
-    for (name, p), pv, gv in zip(named, t.views(t.params), t.views(t.grad)):
+    for (_name, p), pv, gv in zip(named, t.views(t.params), t.views(t.grad)):
         assert torch.equal(pv, p.detach().reshape(-1)) and torch.equal(gv, p.grad.reshape(-1))
     t.views(t.params)[1].fill_(7.0)  # views write through to the model
     assert bool((named[1][1] == 7.0).all())
