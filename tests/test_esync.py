@@ -4,8 +4,6 @@ baselines SSGD and standalone training."""
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 import pytest
 import torch

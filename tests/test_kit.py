@@ -14,7 +14,7 @@ from conftest import simulate
 from edgeml.algorithms import BUILTIN
 from edgeml.algorithms.adacomm import AdacommConfig, FixedAdacommConfig
 from edgeml.algorithms.adsp import ADSPConfig
-from edgeml.algorithms.kit import LocalSGDConfig, ParameterServer, PSConfig, time_scale
+from edgeml.algorithms.kit import LocalSGDConfig, ParameterServer, PSConfig, ps_worker, time_scale
 from edgeml.config import load_config
 from edgeml.runner import run
 from edgeml.runtime.base import Message
@@ -139,9 +139,69 @@ def test_barrier_round_combine_hook():
     """ESync's PS mode: one averaged step for the round instead of one step per update."""
     node = FakeNode(2, eta=1.0, init=torch.ones(1))
     ps = ParameterServer(node)
-    mean = lambda ps, msgs: ps.W.add_(sum(m["update"] for m in msgs) / len(msgs), alpha=-2.0)
+
+    def mean(ps, msgs):
+        ps.W.add_(sum(m["update"] for m in msgs) / len(msgs), alpha=-2.0)
     ps.apply_round([push(3, 3.0), push(2, 1.0)], combine=mean)
     assert ps.W.tolist() == [1.0 - 2.0 * 2.0] and ps.version == 1
+
+
+class WorkerNode:
+    """Just enough of a worker for ``ps_worker``: a trainer whose gradient is fixed, a PS that answers each push
+    with a model and a version, and an end after ``pushes`` pushes."""
+
+    class Done(Exception):
+        pass
+
+    def __init__(self, pushes: int, lr: float = 0.5):
+        self.algo = PSConfig(lr=lr)
+        self.pushes, self.sent = pushes, []
+        t = SimpleNamespace(params=torch.zeros(3), grad=torch.tensor([1.0, -2.0, 4.0]), batch_size=8,
+                            spans=[(0, 2), (2, 1)])
+        t.gradient = lambda: 0.25  # the batch loss
+        self.t = t
+
+    def trainer(self):
+        return self.t
+
+    def ranks(self, role):
+        return [1]
+
+    def compute(self, fn, samples):
+        return fn()
+
+    def push(self, dst, tag, **data):
+        if len(self.sent) == self.pushes:
+            raise WorkerNode.Done
+        self.sent.append((dst, tag, {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in data.items()}))
+
+    def count(self, name):
+        pass
+
+    def recv(self, src, tag):
+        return Message(src, tag, {"params": torch.full((3,), float(len(self.sent))), "version": 10 * len(self.sent)}, 0)
+
+
+def test_ps_worker_hooks():
+    """Pushes of eta' g and the batch loss by default; ``pack(cfg, spans, U)`` encodes U, ``scaled=False`` pushes
+    g itself, ``fields(loss, reply)`` adds the push's other fields (AdaComp: the version last pulled)."""
+    node = WorkerNode(pushes=2)
+    with pytest.raises(WorkerNode.Done):
+        ps_worker(node)
+    assert [(dst, tag) for dst, tag, _ in node.sent] == [(1, "push"), (1, "push")]
+    assert node.sent[0][2]["update"].tolist() == [0.5, -1.0, 2.0] and node.sent[0][2]["loss"] == 0.25
+    assert node.t.params.tolist() == [2.0, 2.0, 2.0]  # the model of the last reply
+
+    def pack(cfg, spans, update):
+        return {"first": update[spans[1][0]:].clone(), "lr": cfg.lr}
+
+    def version(loss, reply):
+        return {"version": reply["version"] if reply is not None else 0}
+    node = WorkerNode(pushes=2)
+    with pytest.raises(WorkerNode.Done):
+        ps_worker(node, pack, scaled=False, fields=version)
+    assert [(d["first"].tolist(), d["lr"], d["version"]) for _, _, d in node.sent] == [([4.0], 0.5, 0),
+                                                                                       ([4.0], 0.5, 10)]
 
 
 def job_for(base_step_s: float, max_time: float):

@@ -12,9 +12,11 @@ import pandas as pd
 import pytest
 import torch
 
-from edgeml.algorithms.snap import (APESchedule, changed, choose_weights, eigenvalues, extra, initial_weights,
-                                    optimal_weights, peer_step, prune, second_largest, send_bound, ternarize,
-                                    terngrad_scalers)
+from edgeml.algorithms.snap.ape import APESchedule, changed, send_bound
+from edgeml.algorithms.snap.programs import extra, peer_step
+from edgeml.algorithms.snap.weights import (choose_weights, eigenvalues, initial_weights, optimal_weights, prune,
+                                            second_largest)
+from edgeml.algorithms.terngrad import ternarize, terngrad_scalers
 from edgeml.runtime import wire
 
 
@@ -70,7 +72,7 @@ def test_the_weights_of_a_graph_that_held_the_solver_are_solved_in_seconds():
     import subprocess
     import sys
 
-    code = ("import networkx as nx, numpy as np; from edgeml.algorithms.snap import choose_weights; "
+    code = ("import networkx as nx, numpy as np; from edgeml.algorithms.snap.weights import choose_weights; "
             f"g = nx.Graph({HUNG!r}); W, info = choose_weights(nx.to_numpy_array(g, nodelist=range(20)) > 0); "
             "print(info['chosen'], round(float(np.linalg.eigvalsh(W)[-2]), 3))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -163,19 +165,50 @@ def test_per_peer_updates_are_the_matrix_iteration():
         assert np.allclose(x, want, rtol=0, atol=1e-12)
 
 
+def test_the_auto_round_is_twice_the_slowest_step_and_frames_asked_of_the_node():
+    """``round_s = 0``: 2 x max over peers (a full-shard step + full frames to every neighbour) + 10 ms, each cost as
+    the node models it at time 0 (step and message times, shard sizes, every neighbour of every peer)."""
+    from types import SimpleNamespace
+
+    from edgeml.algorithms.snap.programs import SNAPConfig, round_length
+
+    graph = {1: [2], 2: [1, 3], 3: [2]}  # a path of three peers, ranks 1-3
+    shards = [40, 80, 40]
+    asked = []
+
+    def step_time(work, *, rank, at):
+        asked.append(("step", rank, at))
+        return 0.01 * rank * work
+
+    def message_time(dst, nbytes, *, src, at):
+        asked.append(("message", src, dst, at))
+        return 1e-6 * nbytes + (0.002 if {src, dst} == {2, 3} else 0.001)
+
+    node = SimpleNamespace(algo=SNAPConfig(), cfg=SimpleNamespace(data=SimpleNamespace(batch_size=20)),
+                           shard_size=lambda worker: shards[worker], step_time=step_time, message_time=message_time,
+                           neighbours=lambda all=False, *, rank=None, at=None: graph[rank] if all else [])
+    frame = wire.snap_nbytes(100, 0, 8)
+    longest = max(0.01 * 1 * 2 + (1e-6 * frame + 0.001), 0.01 * 2 * 4 + (1e-6 * frame + 0.001) + (1e-6 * frame + 0.002),
+                  0.01 * 3 * 2 + (1e-6 * frame + 0.002))
+    assert round_length(node, [1, 2, 3], 100) == pytest.approx(2 * longest + 0.01, rel=1e-12)
+    assert all(a[-1] == 0.0 for a in asked) and len(asked) == 3 + 4
+    node.algo = SNAPConfig(round_s=0.5)
+    assert round_length(node, [1, 2, 3], 100) == 0.5
+
+
 # ------------------------------------------------------------------------------------------ selective exchange
 
 
 def test_send_bound_gives_the_papers_numbers():
     # Sec. IV-C: APE threshold 3 over 10 iterations with 1 + alpha G = 1.01 -> changes below 0.28 stay; 1 -> 0.1
-    assert send_bound(3, 10, 1.01) == pytest.approx(3 / sum(1.01 ** l for l in range(1, 11)))
+    assert send_bound(3, 10, 1.01) == pytest.approx(3 / sum(1.01 ** i for i in range(1, 11)))
     assert round(send_bound(3, 10, 1.01), 2) == 0.28 and round(send_bound(1, 10, 1.01), 2) == 0.09
     assert send_bound(1, 10, 1.0) == pytest.approx(0.1)
 
 
 def test_ape_threshold_holds_then_shrinks_until_the_floor():
     s = APESchedule(threshold=1.0, floor=0.5, hold=10, shrink=0.9, growth=1.01)
-    for k in range(9):  # changes left unsent exactly at the bound: Eq. (27)'s bound reaches T after I = 10
+    for _ in range(9):  # changes left unsent exactly at the bound: Eq. (27)'s bound reaches T after I = 10
         s.record(s.bound())
         assert s.threshold == 1.0 and s.stages == 0
     s.record(s.bound())
@@ -274,7 +307,7 @@ def test_frames_are_as_long_as_their_formulas(tmp_path):
 
 
 def test_parameter_server_traffic_is_bytes_times_hops_on_a_path(tmp_path):
-    from edgeml.algorithms.snap import ps_host
+    from edgeml.algorithms.snap.programs import ps_host
 
     path = sim_run(tmp_path, "peer_ps", "cluster.workers=4", "network.topology='edges'",
                    "network.edges=[[0, 1], [1, 2], [2, 3]]")
@@ -345,7 +378,7 @@ def test_a_step_at_the_bound_is_the_fixed_step_lr_times_one_plus_lambda_min(tmp_
 def test_parameter_server_traffic_detours_around_a_failed_link_between_neighbours(tmp_path, seed):
     """A ring of 4 with one link down: every gradient and model still arrives (nothing lost, the budget is
     reached), each along the shortest path left, so a peer whose link to the host is down pays 3 hops."""
-    from edgeml.algorithms.snap import ps_host
+    from edgeml.algorithms.snap.programs import ps_host
 
     path = sim_run(tmp_path, "peer_ps", "cluster.workers=4", "network.topology='edges'", f"run.seed={seed}",
                    "network.edges=[[0, 1], [1, 2], [2, 3], [3, 0]]", "network.failed_links=0.25",

@@ -8,7 +8,7 @@ list``) stays fast.
 
 from edgeml.algorithms.registry import ALIASES, REGISTRY, AlgorithmSpec, _load_plugins, get_algorithm, register
 # they register what they define
-from edgeml.algorithms import ps, adsp, adacomm, adacomp, esync, snap, edgegossip  # noqa: F401,E402
+from edgeml.algorithms import ps, adsp, adacomm, adacomp, esync, snap, terngrad, gosgd, edgegossip  # noqa: F401,E402
 
 BUILTIN: tuple[str, ...] = tuple(REGISTRY)
 """The algorithms edgeml ships (plugins and tests register more)."""

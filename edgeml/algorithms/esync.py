@@ -8,9 +8,10 @@ sends Delta w_t^i = w_{t,n_i}^i - w_t (Eq. 6); the deltas are averaged over the 
 with the global rate eps (Eq. 8): w_{t+1} = w_t + eps * mean(Delta w). Then the device tells the State Server
 (``RESET-STATE-SERVER``, Alg. 1 line 25) and starts round t + 1.
 
-*Aggregation* (``esync.aggregation``): ``allreduce``, the runtime's all-reduce among the live devices, or
-``ps``, a parameter server that waits for every device's delta, averages them and returns w_{t+1}. The two
-give bit-identical models in ``sim`` (both sum in rank order, divide by p, then add eps times the mean).
+*Aggregation* (``esync.aggregation``, chosen once per device: ``aggregation``): ``allreduce``, the runtime's
+all-reduce among the live devices, or ``ps``, a parameter server that waits for every device's delta, averages
+them and returns w_{t+1}. The two give bit-identical models in ``sim`` (both sum in rank order, divide by p, then
+add eps times the mean).
 
 *The State Server* (its own node, role ``state``) keeps per device (rank, local iterations k, capability c,
 last finish time t_e, ready, round) and answers ``QUERY-STATE`` exactly as Alg. 2 (``query_state``): not
@@ -29,7 +30,7 @@ Choices where the paper is silent (settings):
 - ``state_eps_s``, the epsilon of Alg. 2: "a small constant"; the authors' code used 0.5 s against 3.5 s
   steps. 0 (auto): a tenth of the fastest device's step time.
 - ``probe``: Alg. 1 line 3 measures the first capability with a batch (``step``); the authors' code ran one
-  forward pass (``forward``, modelled as a third of a step).
+  forward pass (``forward``, modelled as a third of a step: ``node.forward_work``).
 
 Recorded: ``series/rounds.csv`` (per device and round: local iterations, waiting time at aggregation, the
 capability c, and in delayed-ACK mode the iteration the READY was for and delta); the counter ``rounds`` (at
@@ -50,13 +51,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Callable, Literal
 
 from edgeml.algorithms.kit import ParameterServer
 from edgeml.algorithms.registry import AlgorithmSpec, register
-from edgeml.errors import UserError
+from edgeml.schema import ranged
 
 if TYPE_CHECKING:
+    import torch
+
     from edgeml.runtime.base import Node
 
 
@@ -65,68 +68,44 @@ if TYPE_CHECKING:
 
 @dataclass
 class SSGDConfig:
-    lr: float = 0.05
+    lr: float = ranged(0.05, gt=0)
     """Local learning rate eta. esync.txt Sec. 5 uses 0.001 (the authors' code 0.0005), which
     experiments/esync.toml pins; the default learns within a default run's 20 s."""
     aggregation: Literal["allreduce", "ps"] = "allreduce"
     """How updates are averaged: the runtime's all-reduce among the devices, or a parameter server."""
 
-    def validate(self, cfg) -> None:
-        name = cfg.run.algorithm
-        if not 0 < self.lr < math.inf:
-            raise UserError(f"{name}.lr = {self.lr}: the learning rate must be a finite number > 0, "
-                            f"e.g. --set {name}.lr=0.001")
-
     def eta(self, num_workers: int) -> float:
-        """The parameter server's rate on the mean update (PS mode): 1, the devices send -eta g."""
+        """The rate on the mean update, at the devices (all-reduce) or the parameter server: 1, the devices send
+        -eta g."""
         return 1.0
 
 
 @dataclass
 class ESyncConfig(SSGDConfig):
-    global_lr: float = 1.0
+    global_lr: float = ranged(1.0, gt=0)
     """Global learning rate eps of Eq. 8: w_{t+1} = w_t + eps * mean(Delta w)."""
     mode: Literal["blocking", "delayed_ack"] = "blocking"
     """``blocking``: a device waits for each State Server answer; ``delayed_ack``: it trains on and aborts the
     iteration in progress when READY arrives (Sec. 4.2)."""
-    state_eps_s: float = 0.0
+    state_eps_s: float = ranged(0.0, ge=0, zero="a tenth of the fastest device's step time")
     """Epsilon of Alg. 2 in seconds ("a small constant to avoid boundary error"); 0 (auto): a tenth of the
     fastest device's step time (the authors' code: 0.5 s with 3.5 s steps)."""
     probe: Literal["step", "forward"] = "step"
     """The first capability: one training step on a batch (Alg. 1 line 3) or one forward pass (the authors'
     code; modelled as a third of a step)."""
 
-    def validate(self, cfg) -> None:
-        super().validate(cfg)
-        if not 0 < self.global_lr < math.inf:
-            raise UserError(f"esync.global_lr = {self.global_lr}: must be a finite number > 0 (default 1)")
-        if not 0 <= self.state_eps_s < math.inf:
-            raise UserError(f"esync.state_eps_s = {self.state_eps_s}: must be a finite number of seconds >= 0 "
-                            f"(0: auto)")
-
     def eta(self, num_workers: int) -> float:
-        """The parameter server's rate on the mean delta (PS mode): eps of Eq. 8."""
+        """The rate on the mean delta, at the devices (all-reduce) or the parameter server: eps of Eq. 8."""
         return self.global_lr
 
 
 @dataclass
 class StandaloneConfig:
-    lr: float = 0.05
+    lr: float = ranged(0.05, gt=0)
     """Learning rate of plain mini-batch SGD."""
-    weight_decay: float = 0.0
+    weight_decay: float = ranged(0.0, ge=0, zero="no regularization")
     """L2 regularization added to each gradient (weight_decay x w): a reference for peers that minimize the same
     regularized objective (SNAP's simulations)."""
-
-    def validate(self, cfg) -> None:
-        name = cfg.run.algorithm
-        if not 0 < self.lr < math.inf:
-            raise UserError(f"{name}.lr = {self.lr}: the learning rate must be a finite number > 0")
-        if not 0 <= self.weight_decay < math.inf:
-            raise UserError(f"{name}.weight_decay = {self.weight_decay}: must be a finite number >= 0 (0: none)")
-
-
-FORWARD_WORK = 1 / 3
-"""A forward pass as a fraction of a training step (forward + backward), for ``probe = "forward"``."""
 
 
 # ------------------------------------------------------------------------------------------ the State Server
@@ -172,7 +151,7 @@ def state_server(node: Node) -> None:
     cfg = node.algo
     devices = node.ranks("worker")
     table = {r: Record(r) for r in devices}
-    eps = cfg.state_eps_s or node.job.base_step_s / 10
+    eps = cfg.state_eps_s or node.base_step_s / 10
     delayed = cfg.mode == "delayed_ack"
     answered: set[int] = set()  # delayed ACK: devices told READY this round
     while True:
@@ -197,22 +176,30 @@ def state_server(node: Node) -> None:
             node.send(r, "ready", k=msg["k"], asked_at=msg["asked_at"])
 
 
-# ------------------------------------------------------------------------------------------ devices
+# ------------------------------------------------------------------------------------------ aggregation
 
 
-class Aggregator:
-    """Averages the devices' updates: all-reduce among the live devices, or through the parameter server."""
+def aggregation(node: Node, model: torch.Tensor) -> Callable[[torch.Tensor], None]:
+    """The devices' aggregation (Eqs. 7-8), chosen once from ``aggregation``: ``aggregate(update)`` sets ``model``,
+    this device's copy of the global model, to model + rate x the mean of ``update`` over the devices, rate the
+    config's ``eta`` (eps of Eq. 8, or 1 for SSGD's -eta g). By all-reduce among the live devices, each applying
+    the rate (their copies are then the global model, exposed for evaluation), or through the parameter server
+    (``average_server``), which applies it, exposes the model and returns it."""
+    cfg = node.algo
+    if cfg.aggregation == "ps":
+        ps = node.ranks("ps")[0]
 
-    def __init__(self, node: Node, how: str):
-        self.node = node
-        self.ps = node.ranks("ps")[0] if how == "ps" else None
+        def through_server(update: torch.Tensor) -> None:
+            node.push(ps, "push", update=update)
+            model.copy_(node.recv(ps, "model")["params"])  # the parameter server applied Eq. 8
+        return through_server
 
-    def mean(self, update):
-        """The mean of ``update`` over the devices (in place for the all-reduce)."""
-        if self.ps is None:
-            return self.node.all_reduce(update, mean=True)
-        self.node.push(self.ps, "push", update=update)
-        return self.node.recv(self.ps, "model")["params"]
+    rate = cfg.eta(len(node.ranks("worker")))
+    node.expose(model)
+
+    def all_reduce(update: torch.Tensor) -> None:
+        model.add_(node.all_reduce(update, mean=True), alpha=rate)  # Eqs. 7-8
+    return all_reduce
 
 
 def _average(ps: ParameterServer, msgs) -> None:
@@ -234,11 +221,62 @@ def average_server(node: Node) -> None:
             ps.reply(w)
 
 
+# ------------------------------------------------------------------------------------------ devices
+
+
+class BlockingQuery:
+    """QUERY-STATE as Alg. 1 asks it (``mode = "blocking"``): the device waits for each answer."""
+
+    interrupt: tuple[int, str] | None = None
+    """The message that ends a local iteration early (``node.compute``'s ``interrupt``): none."""
+
+    def __init__(self, node: Node, state: int):
+        self.node, self.state = node, state
+
+    def ready(self, k: int, c: float, t_e: float, t: int) -> bool:
+        """Whether to aggregate now, after ``k`` local iterations of round ``t`` at capability ``c``, the last
+        finished at ``t_e``."""
+        self.node.send(self.state, "query", k=k, c=c, t_e=t_e, round=t)
+        return self.node.recv(self.state, "state")["ready"]
+
+    def answer(self) -> int | None:
+        """The iteration a READY that interrupted a local iteration was for (never, blocking)."""
+        return None
+
+
+class DelayedAck(BlockingQuery):
+    """Sec. 4.2's non-blocking mode with delayed ACK (``mode = "delayed_ack"``): the device asks and trains on;
+    only READY comes back, and it interrupts the iteration in progress. The capability it reports includes the
+    query's round trip, measured once before training (a blocking ping) and then on each READY."""
+
+    def __init__(self, node: Node, state: int):
+        super().__init__(node, state)
+        self.interrupt = (state, "ready")
+        t0 = node.now()
+        node.send(state, "ping")
+        node.recv(state, "pong")
+        self.rtt = node.now() - t0
+
+    def ready(self, k: int, c: float, t_e: float, t: int) -> bool:
+        self.node.send(self.state, "query", k=k, c=c + self.rtt, t_e=t_e, round=t, asked_at=self.node.now())
+        return False  # NOT-READY is implicit: train on
+
+    def answer(self) -> int:
+        msg = self.node.recv(self.state, "ready")  # READY for iteration msg["k"]: the one in progress is aborted
+        self.rtt = self.node.now() - msg["asked_at"]
+        return msg["k"]
+
+
+QUERIES = {"blocking": BlockingQuery, "delayed_ack": DelayedAck}
+"""``esync.mode`` -> how a device asks the State Server."""
+
+
 def _probe(node: Node, trainer, how: str) -> float:
     """The first capability (Alg. 1 line 3): the duration of one batch, as a step or a forward pass."""
     t0 = node.now()
     if how == "forward":
-        node.compute(lambda: trainer.losses(trainer.index[:trainer.batch_size]), work=FORWARD_WORK)
+        node.compute(lambda: trainer.losses(trainer.index[:trainer.batch_size]),
+                     work=node.forward_work(trainer.batch_size))
     else:  # a fixed batch: the probe leaves the epoch's order of batches as it was
         node.compute(lambda: trainer.gradient(trainer.index[:trainer.batch_size]), samples=trainer.batch_size)
     return node.now() - t0
@@ -250,48 +288,26 @@ def esync_device(node: Node) -> None:
     state = node.ranks("state")[0]
     trainer = node.trainer()
     w_t = trainer.params.clone()  # the global model of the current round; params hold the replica
-    agg = Aggregator(node, cfg.aggregation)
-    if agg.ps is None:  # with a parameter server, the server exposes the global model
-        node.expose(w_t)
-    delayed = cfg.mode == "delayed_ack"
+    aggregate = aggregation(node, w_t)
     c = _probe(node, trainer, cfg.probe)
-    rtt = 0.0
-    if delayed:  # the round trip that the capability includes, measured once before training
-        t0 = node.now()
-        node.send(state, "ping")
-        node.recv(state, "pong")
-        rtt = node.now() - t0
+    query = QUERIES[cfg.mode](node, state)
     t_e, t, k = node.now(), 0, 0
     while True:
         asked_for = None
-        if not delayed:
-            node.send(state, "query", k=k, c=c, t_e=t_e, round=t)
-            ready = node.recv(state, "state")["ready"]
-        else:
-            node.send(state, "query", k=k, c=c + rtt, t_e=t_e, round=t, asked_at=node.now())
-            ready = False
-        if not ready:
+        if not query.ready(k, c, t_e, t):
             t_s = node.now()
-            loss = node.compute(trainer.gradient, samples=trainer.batch_size,
-                                interrupt=(state, "ready") if delayed else None)
+            loss = node.compute(trainer.gradient, samples=trainer.batch_size, interrupt=query.interrupt)
             if loss is not node.INTERRUPTED:
                 trainer.sgd(cfg.lr)  # Eq. 5
                 t_e = node.now()
                 c = t_e - t_s
                 k += 1
                 continue
-            msg = node.recv(state, "ready")  # READY for iteration msg["k"]: the one in progress is aborted
-            rtt = node.now() - msg["asked_at"]
-            asked_for = msg["k"]
-        # aggregation (Eqs. 6-8) over the iterations done, 1 .. k
+            asked_for = query.answer()
+        # aggregation over the iterations done, 1 .. k
         waited = node.counters.wait_s
         t0 = node.now()
-        delta = trainer.params - w_t  # Eq. 6
-        mean = agg.mean(delta)  # Eq. 7
-        if agg.ps is None:
-            w_t.add_(mean, alpha=cfg.global_lr)  # Eq. 8
-        else:
-            w_t.copy_(mean)  # the parameter server applied Eq. 8
+        aggregate(trainer.params - w_t)  # Eq. 6, then Eqs. 7-8 into w_t
         trainer.params.copy_(w_t)
         t += 1
         row = {"round": t, "iterations": k, "aggregation_s": node.now() - t0,
@@ -309,17 +325,10 @@ def ssgd_device(node: Node) -> None:
     """A device of SSGD: every step, the mean of the devices' gradients (times -eta) moves every replica."""
     cfg = node.algo
     trainer = node.trainer()
-    agg = Aggregator(node, cfg.aggregation)
-    if agg.ps is None:
-        node.expose(trainer.params)
+    aggregate = aggregation(node, trainer.params)
     while True:
         node.compute(trainer.gradient, samples=trainer.batch_size)
-        step = trainer.grad.mul(-cfg.lr)
-        mean = agg.mean(step)
-        if agg.ps is None:
-            trainer.params.add_(mean)
-        else:
-            trainer.params.copy_(mean)
+        aggregate(trainer.grad.mul(-cfg.lr))
         if node.index == 0:
             node.count("rounds")
 

@@ -21,13 +21,16 @@ Server side
   Comp-ASGD given their ``ParameterServer``.
 
 Worker side
-- ``ps_worker(node, pack=dense)``: one mini-batch gradient per push, U = eta' g (BSP, SSP, ASP; ``pack`` turns
-  U into the message's fields, e.g. a top-c sparse encoding).
+- ``ps_worker(node, pack=dense, scaled=True, fields=with_loss)``: one mini-batch gradient per push, U = eta' g
+  (BSP, SSP, ASP); ``pack(cfg, spans, U)`` turns U into the message's fields (AdaComp's top-c sparse encodings),
+  ``scaled=False`` pushes g itself (ASGD and AdaComp, whose PS applies the rate) and ``fields(loss, reply)`` the
+  push's other fields (the batch loss; AdaComp: the version of the model the gradient was computed on).
 - ``LocalWorker(node, cfg)``: local SGD between commits, accumulating U = sum eta'(t) g (adsp.txt Alg. 2 lines
   6-7; ADSP, ADACOMM; ESync's local iterations); ``commit`` pushes U and continues from the returned model;
   ``timed_pull`` measures a commit's round trip before the first commit.
 
-Configuration: ``PSConfig`` (lr, global_lr) and ``LocalSGDConfig`` (the decaying local learning rate). Settings
+Configuration: ``PSConfig`` (lr, global_lr) and ``LocalSGDConfig`` (the decaying local learning rate), each number's
+range declared with its field (``schema.ranged``; a subclass that changes a default declares it again). Settings
 on the paper's time scale may be left at 0 (auto): ``resolve(job)`` derives them from ``time_scale(job)``, so
 a default run of any length has several periods, trials and adaptations in it.
 """
@@ -37,9 +40,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from edgeml.errors import UserError
+from edgeml.schema import ranged
 
 if TYPE_CHECKING:
     import torch
@@ -60,17 +63,14 @@ def time_scale(job) -> float:
 
 @dataclass
 class PSConfig:
-    lr: float = 0.1
+    lr: float = ranged(0.1, gt=0)
     """Local learning rate eta': a worker's update is U = eta' g."""
-    global_lr: float = 0.0
+    global_lr: float = ranged(0.0, ge=0, zero="1/M for M workers")
     """Global learning rate eta at the PS; 0 means 1/M for M workers."""
 
     def validate(self, cfg) -> None:
-        name = cfg.run.algorithm
-        if not 0 < self.lr < math.inf:
-            raise UserError(f"{name}.lr = {self.lr}: the learning rate must be a finite number > 0")
-        if not 0 <= self.global_lr < math.inf:
-            raise UserError(f"{name}.global_lr = {self.global_lr}: must be a finite number >= 0 (0 means 1/M)")
+        """The rules that involve several fields: none here (``schema.check_fields`` checks each number against
+        the range declared with its field); subclasses add theirs after ``super().validate(cfg)``."""
 
     def eta(self, num_workers: int) -> float:
         return self.global_lr or 1.0 / num_workers
@@ -80,24 +80,16 @@ class PSConfig:
 class LocalSGDConfig(PSConfig):
     """PS algorithms whose workers take local SGD steps between commits (ADSP, ADACOMM)."""
 
-    lr_decay: float = 0.9
-    """The local learning rate is multiplied by this every ``lr_decay_s`` seconds (exponential decay)."""
-    lr_decay_s: float = 0.0
+    lr_decay: float = ranged(0.9, gt=0, le=1)
+    """The local learning rate is multiplied by this every ``lr_decay_s`` seconds (exponential decay; 1: none)."""
+    lr_decay_s: float = ranged(0.0, ge=0, zero="derived from the run: 20 time units")
     """Time constant of the local learning-rate decay, in seconds of the run's clock. 0 (auto): 20 time units
     (``kit.time_scale``): half the time budget or 400 steps of the fastest device, whichever is longer. The
     paper says only that the rate "decays exponentially"."""
 
-    time_settings = ("lr_decay_s",)  # settings whose 0 means auto, derived in ``resolve`` (not annotated: no field)
-
-    def validate(self, cfg) -> None:
-        super().validate(cfg)
-        name = cfg.run.algorithm
-        if not 0 < self.lr_decay <= 1:
-            raise UserError(f"{name}.lr_decay = {self.lr_decay}: must lie in (0, 1] (1 = no decay)")
-        for key in self.time_settings:
-            if not 0 <= getattr(self, key) < math.inf:
-                raise UserError(f"{name}.{key} = {getattr(self, key)}: must be a finite number of seconds > 0, "
-                                f"or 0 for auto")
+    time_settings = ("lr_decay_s",)
+    """Settings whose 0 means auto, derived in ``resolve`` (not annotated: no field); each declares its range
+    (``ranged(0.0, ge=0, zero=...)``) with its field."""
 
     def resolve(self, job) -> "LocalSGDConfig":
         """A copy with every auto (0) time setting derived from the run; every node derives the same values."""
@@ -209,21 +201,38 @@ def serve_async(ps: ParameterServer, bound: float = math.inf) -> None:
 # ------------------------------------------------------------------------------------------ workers
 
 
-def dense(update: torch.Tensor) -> dict[str, Any]:
+Pack = Callable[[Any, Sequence[tuple[int, int]], "torch.Tensor"], dict[str, Any]]
+"""``pack(cfg, spans, update)``: the message fields of an update, given the algorithm's config and the
+(offset, size) of each layer in the flat vector (``Trainer.spans``), e.g. a per-layer top-c sparse encoding."""
+
+
+def dense(cfg: Any, spans: Sequence[tuple[int, int]], update: torch.Tensor) -> dict[str, Any]:
     """The update as it is: one float32 tensor on the wire."""
     return {"update": update}
 
 
-def ps_worker(node: Node, pack: Callable[[torch.Tensor], dict[str, Any]] = dense) -> None:
-    """Compute a mini-batch gradient g, push ``pack(eta' g)`` with the batch loss, continue from the returned model."""
+def with_loss(loss: float, reply: Message | None) -> dict[str, Any]:
+    """A push's fields besides the update: the batch loss."""
+    return {"loss": loss}
+
+
+def ps_worker(node: Node, pack: Pack = dense, *, scaled: bool = True,
+              fields: Callable[[float, Message | None], dict[str, Any]] = with_loss) -> None:
+    """Compute a mini-batch gradient g, push ``pack`` of U = eta' g (of g itself when not ``scaled``: a PS that
+    applies the learning rate, as ASGD's) with ``fields(batch loss, the PS's last reply or None)``, continue from
+    the returned model."""
     trainer = node.trainer()
     ps = node.ranks("ps")[0]
-    lr = node.algo.lr
+    cfg = node.algo
+    lr, spans = cfg.lr, trainer.spans
+    reply = None
     while True:
         loss = node.compute(trainer.gradient, samples=trainer.batch_size)
-        node.push(ps, "push", **pack(trainer.grad * lr), loss=loss)
+        update = trainer.grad * lr if scaled else trainer.grad
+        node.push(ps, "push", **pack(cfg, spans, update), **fields(loss, reply))
         node.count("commits")
-        trainer.params.copy_(node.recv(ps, "model")["params"])
+        reply = node.recv(ps, "model")
+        trainer.params.copy_(reply["params"])
 
 
 class LocalWorker:

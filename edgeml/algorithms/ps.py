@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from edgeml.algorithms.kit import ParameterServer, PSConfig, ps_nodes, ps_worker, serve_async
 from edgeml.algorithms.registry import AlgorithmSpec, register
-from edgeml.errors import UserError
+from edgeml.schema import ranged
 
 if TYPE_CHECKING:
     from edgeml.runtime.base import Node
@@ -33,13 +33,8 @@ __all__ = ["PSConfig", "SSPConfig", "asp_server", "bsp_server", "ps_worker", "ss
 
 @dataclass
 class SSPConfig(PSConfig):
-    staleness: int = 3
-    """Staleness bound s: the fastest worker may be at most s steps ahead of the slowest."""
-
-    def validate(self, cfg) -> None:
-        super().validate(cfg)
-        if self.staleness < 0:
-            raise UserError(f"ssp.staleness = {self.staleness}: the bound s must be >= 0")
+    staleness: int = ranged(3, ge=0)
+    """Staleness bound s: the fastest worker may be at most s steps ahead of the slowest (0: BSP)."""
 
 
 def bsp_server(node: Node) -> None:
@@ -54,6 +49,8 @@ def bsp_server(node: Node) -> None:
 
 register(AlgorithmSpec("bsp", "Bulk synchronous parallel: a barrier every step", PSConfig,
                        ps_nodes(bsp_server, ps_worker), "adsp.txt Sec. 2.2"))
+
+
 def ssp_server(node: Node) -> None:
     serve_async(ParameterServer(node), node.algo.staleness)
 

@@ -1,0 +1,74 @@
+"""The compression rule of AdaComp and Comp-ASGD (adacomp.txt Alg. 1 line 15, Sec. IV-b, Sec. V-B): which
+entries of a gradient a worker pushes, and how they travel. The packs (``layer_top_c`` for AdaComp,
+``global_top_c`` for Comp-ASGD, ``dense_update`` for ASGD) are the ``pack`` hook of the kit's ``ps_worker``.
+
+- *How many entries "c" keeps*: floor(c n) of a layer (or of the whole update, Comp-ASGD) of n entries,
+  computed to 9 decimals so that 0.29 x 100 keeps 29, and at least one: a layer whose c n is below 1 still
+  sends its largest entry (``keep_count``). Ties at the threshold go to the lowest indices, so the selection
+  is deterministic. Entries are sent as selected, zeros included.
+- *Comp-ASGD's selection*: [11] selects either at random or the largest entries; we keep the largest (by
+  absolute value, over the whole update), the variant the paper contrasts with per-layer selection (Sec. IV-b).
+
+Wire (the counted bytes are the encodings' real lengths, ``runtime/wire.py``): every push carries j as one
+scalar (8 bytes) besides the update. AdaComp sends ``wire.sparse_layers``: L int32 counts, then an int32
+layer-local index and a float32 value per kept entry, so a push is exactly 4L + 8K + 8 bytes for K kept
+entries of an L-layer model. Comp-ASGD sends ``wire.sparse``, 8K + 8 bytes; ASGD ``wire.dense``, 4P + 8 bytes
+for P parameters.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    import torch
+
+Spans = Sequence[tuple[int, int]]
+
+
+def keep_count(c: float, n: int) -> int:
+    """Entries kept of n at ratio c: floor(c n), computed to 9 decimals (0.29 x 100 keeps 29), at least 1."""
+    return min(n, max(1, math.floor(round(c * n, 9))))
+
+
+def top_c(x: torch.Tensor, c: float, spans: Spans) -> torch.Tensor:
+    """Flat indices (int64, ascending) of the ``keep_count(c, n)`` largest entries of ``x`` by absolute value in
+    each span (offset, n); ties at the threshold go to the lowest indices."""
+    import torch
+
+    parts = []
+    for offset, n in spans:
+        k = keep_count(c, n)
+        v = x[offset:offset + n].abs()
+        if k == n:
+            idx = torch.arange(n, device=x.device)
+        else:
+            t = torch.topk(v, k, sorted=False).values.min()  # the k-th largest magnitude
+            above = torch.nonzero(v > t).reshape(-1)
+            ties = torch.nonzero(v == t).reshape(-1)[: k - above.numel()]
+            idx = torch.cat([above, ties]).sort().values
+        parts.append(idx + offset)
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64, device=x.device)
+
+
+def dense_update(cfg: Any, spans: Spans, grad: torch.Tensor) -> dict[str, torch.Tensor]:
+    """ASGD's push: the whole gradient (``wire.dense``)."""
+    from edgeml.runtime import wire
+
+    return wire.dense(grad)
+
+
+def global_top_c(cfg: Any, spans: Spans, grad: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Comp-ASGD's push: the largest ``cfg.c`` fraction of the whole gradient (``wire.sparse``)."""
+    from edgeml.runtime import wire
+
+    return wire.sparse(grad, top_c(grad, cfg.c, [(0, grad.numel())]))
+
+
+def layer_top_c(cfg: Any, spans: Spans, grad: torch.Tensor) -> dict[str, torch.Tensor]:
+    """AdaComp's push (Alg. 1 line 15): the largest ``cfg.c`` fraction of each layer (``wire.sparse_layers``)."""
+    from edgeml.runtime import wire
+
+    return wire.sparse_layers(grad, top_c(grad, cfg.c, spans), spans)
+

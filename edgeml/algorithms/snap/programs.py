@@ -1,0 +1,367 @@
+"""SNAP's peers (snap.txt Sec. IV-A, IV-D; Eqs. 6-8) and the parameter server at a peer of its evaluation (Sec.
+V): EXTRA among neighbours on a round clock, the configs of ``snap``, ``snap0``, ``sno`` and ``peer_ps``, and their
+registration. The weight matrix is ``weights.py``'s, the selective exchange ``ape.py``'s.
+
+**Peers** (every node is a worker: an edge server with its own shard) exchange parameters with their
+neighbours in the run's topology only (``network.topology``; on the default star every other peer is one).
+Each runs the EXTRA iteration, Eqs. (6)-(8), with W symmetric and doubly stochastic, w_ij = 0 off the graph
+and W~ = (W + I) / 2 (Eq. 7). Written per peer with d_j = (j's values as i last received them) - (i's values
+as j last received them), and D = sum_j w_ij d_j (rows of W sum to 1):
+
+    x^1     = x^0 + D^0 - alpha g(x^0)
+    x^{k+2} = 2 x^{k+1} - x^k + D^{k+1} - D^k / 2 - alpha (g(x^{k+1}) - g(x^k))
+
+which is Eq. (8) exactly when every value is received (``peer_step``, tested against the matrix form
+``extra``). Taking the disagreement between *published* values (what each side of a link holds of the other)
+makes it antisymmetric over a link, so unsent changes never move the peers' average: only the consensus
+lags (the APE of Sec. IV-C). A frame that arrives after the next tick, or is lost on a link that was up at the
+tick, breaks that symmetry for the rounds it is missing (its sender already counts its values as held, and a
+lost frame is not sent again: later frames carry only later changes), and EXTRA's accumulated disagreement
+term keeps the shift, so the peers agree on a slightly moved point. This is the paper's own rule for
+stragglers (Sec. IV-D: a neighbour's latest values); the simulations (no latency, links down for whole runs)
+never meet it, a loaded procs run can. Gradients are over the peer's whole shard, its f_i of Eq. (1)
+(``full_batch``), or one mini-batch. EXTRA converges for alpha < 2 mu_g lambda_min(W~) / L_f^2 (Sec. IV-A, from
+Eq. 10): ``step = "bound"`` takes alpha = ``lr`` x 2 lambda_min(W~), the same fraction of each W's bound, where
+the default ``"fixed"`` gives every W the step ``lr`` (the paper does not say which its Fig. 5 used; at a fixed
+step well inside both bounds a W can only help through mixing).
+
+**Round clock** (Sec. II-B, IV-D: a global clock and a timer, as RIP). Round k starts at k x ``round_s``: a peer
+computes its update, sends its frames, then collects what arrives until the next tick; a neighbour whose message
+has not arrived (a straggler, a congested link) counts with its latest values. A peer that overruns a round starts
+its next one at once, at the last tick that has passed (the ticks it missed are skipped). A link that is down at a
+round's tick (``network.failed_links``) is out of that round at both ends (its d_j is 0, nothing is sent on it):
+both ends see the same link state, so the average still holds; when the link is back, the next frame carries
+every change since the last one that got through. Frames (Fig. 3): ``wire.snap_frame``, the smaller of the two
+structures, with ``value_bytes`` per value (8, the paper's doubles); a peer keeps, per neighbour, the values that
+neighbour holds of it.
+
+- ``snap``: the above. ``snap0``: threshold 0, every changed parameter is sent (SNAP-0; with ``snap.threshold = 0``
+  SNAP is SNAP-0 exactly, tested). ``sno``: every parameter every round (Select Neighbour Only: SNAP-0's iterates,
+  all the bytes).
+- ``peer_ps`` (the PS scheme of Sec. V): one peer, drawn with the run's seed, also hosts a parameter server; every
+  other peer sends its gradient there (the runtime routes each message along a shortest path, so its cost is bytes
+  x hops), the host averages the gradients (its own included, with equal weights: the shards are equal), takes
+  the step and sends the model back: synchronous, one iteration per model, no local steps. Its messages are routed
+  traffic: one between neighbours whose link is down takes the shortest path left (``detour``), as the rest do.
+  The existing ``bsp`` is not this scheme: its server is a node of its own beside the workers, not one of the
+  edge servers of the graph. How a gradient travels is a hook (``DenseGradients``): TernGrad on the same PS is
+  ``edgeml/algorithms/terngrad.py``.
+
+Iterations: the ``iterations`` counter (evals.csv) counts rounds of peer 0 (SNAP family) or models made by
+the host (PS schemes). Series ``exchange`` (SNAP family, one row per peer and round): ``iteration``,
+``sent`` (parameters sent, over its frames), ``messages``, ``bytes``, ``threshold`` and ``ape`` (the bound
+of Eq. 27 in the current stage).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from edgeml.algorithms.registry import AlgorithmSpec, register
+from edgeml.algorithms.snap.ape import APESchedule, changed
+from edgeml.algorithms.snap.weights import peer_weights
+from edgeml.schema import ranged
+
+if TYPE_CHECKING:
+    import torch
+
+    from edgeml.runtime.base import Node
+
+
+# ------------------------------------------------------------------------------------------ EXTRA
+
+
+def extra(x0: np.ndarray, grad, W: np.ndarray, alpha: float, iterations: int) -> np.ndarray:
+    """EXTRA (Eq. 6) in matrix form: x is N x P (a row per server), ``grad(x)`` the N x P gradients of each
+    server's local objective; returns x after ``iterations`` steps."""
+    Wt = (W + np.eye(len(W))) / 2.0  # Eq. (7)
+    prev, g_prev = x0, grad(x0)
+    cur = W @ x0 - alpha * g_prev
+    for _ in range(iterations - 1):
+        g = grad(cur)
+        cur, prev, g_prev = cur + W @ cur - Wt @ prev - alpha * (g - g_prev), cur, g
+    return cur
+
+
+def peer_step(x, D, g, alpha: float, prev=None):
+    """One peer's EXTRA update (Eq. 8) from its disagreement D = sum_j w_ij (x_j - x_i) and gradient g at x:
+    x^1 = x^0 + D^0 - alpha g^0 without ``prev``; with ``prev = (x^k, D^k, g^k)``,
+    x^{k+2} = 2 x^{k+1} - x^k + D^{k+1} - D^k / 2 - alpha (g^{k+1} - g^k). Works on numpy arrays and tensors."""
+    if prev is None:
+        return x + D - alpha * g
+    x_prev, D_prev, g_prev = prev
+    return 2 * x - x_prev + D - D_prev / 2 - alpha * (g - g_prev)
+
+
+# ------------------------------------------------------------------------------------------ configuration
+
+
+@dataclass
+class PeerConfig:
+    lr: float = ranged(0.1, gt=0)
+    """Step size alpha: EXTRA's (Eq. 6), or the PS's learning rate."""
+    full_batch: bool = True
+    """Each iteration's gradient is over the peer's whole shard (its f_i of Eq. 1, so EXTRA is exact); false:
+    one mini-batch of ``data.batch_size``."""
+    value_bytes: Literal[4, 8] = 8
+    """Bytes per parameter value on the wire: 8 (doubles, as the paper counts) or 4 (float32)."""
+    iterations: int = ranged(0, ge=0, zero="no limit: the [stop] section decides")
+    """End the run after this many iterations (``stop_run``: status stopped), so schemes with and without a
+    round clock get the same budget; 0: the [stop] section decides."""
+    weight_decay: float = ranged(0.0, ge=0, zero="no regularization")
+    """L2 regularization lambda of every peer's objective, f_i + (lambda / 2) |x|^2 (an SVM's; strongly convex,
+    so EXTRA converges linearly and parameters stop changing); its gradient lambda x is added to g."""
+
+
+@dataclass
+class ExchangeConfig(PeerConfig):
+    weights: Literal["optimized", "problem22", "problem23", "eq24"] = "optimized"
+    """W: ``optimized`` (problems 22-23, the one with the better ``rate_score`` kept, Sec. IV-B), one of the two
+    problems' solutions by name, or ``eq24`` (Eq. 24 as it is)."""
+    prune: float = ranged(1e-6, ge=0, lt=1, zero="keep every edge")
+    """Weights of the optimized W below this drop their edge (no exchange along it); 0 keeps every edge."""
+    step: Literal["fixed", "bound"] = "fixed"
+    """``fixed``: alpha = ``lr`` for every W; ``bound``: alpha = ``lr`` x 2 lambda_min(W~), the same fraction of
+    each W's step condition (Sec. IV-A; see the module docstring)."""
+    round_s: float = ranged(0.0, ge=0, zero="derived from the run")
+    """Length of a round of the common clock, in seconds. 0 (auto): twice the slowest peer's step plus its
+    frames to every neighbour at full size on its links, plus 10 ms for a real transport."""
+
+
+@dataclass
+class SNAPConfig(ExchangeConfig):
+    threshold: float = ranged(0.1, ge=0, zero="SNAP-0, every changed parameter is sent")
+    """Initial APE threshold T_0 as a fraction of the mean parameter magnitude of x^0 (Sec. V: 10%); 0 sends
+    every changed parameter (SNAP-0)."""
+    epsilon: float = ranged(0.01, gt=0, le=1)
+    """The threshold stops shrinking once it is below this fraction of T_0 (Algorithm 1's epsilon)."""
+    hold: int = ranged(10, ge=1)
+    """I_k: iterations a threshold holds at least (Sec. V: 10)."""
+    shrink: float = ranged(0.9, gt=0, lt=1)
+    """Factor applied to the threshold each time the APE reaches it (Sec. V: 0.9)."""
+    growth: float = ranged(1.01, ge=1)
+    """1 + alpha G of Eqs. (25)-(27): the growth per iteration of an unsent change's error (the paper's example,
+    alpha = 1 / (100 G))."""
+
+
+@dataclass
+class SNAP0Config(SNAPConfig):
+    threshold: float = ranged(0.0, ge=0, zero="SNAP-0, every changed parameter is sent")
+    """APE threshold: 0, every changed parameter is sent (SNAP-0)."""
+
+
+# ------------------------------------------------------------------------------------------ SNAP's peers
+
+
+def peer_gradient(node: Node, trainer) -> None:
+    """One gradient at the current parameters into ``trainer.grad``: over the whole shard (its cost in steps) or one
+    mini-batch, plus the regularizer's."""
+    cfg = node.algo
+    if cfg.full_batch:
+        n = len(trainer.index)
+        node.compute(lambda: trainer.gradient(trainer.index), samples=n, work=n / trainer.batch_size)
+    else:
+        node.compute(trainer.gradient, samples=trainer.batch_size)
+    if cfg.weight_decay:
+        trainer.grad.add_(trainer.params, alpha=cfg.weight_decay)
+
+
+def peer_graph(node: Node) -> tuple[list[int], tuple[tuple[int, int], ...]]:
+    """The peers (ranks) and the links between them, as peer indices: the whole graph, known at set-up."""
+    peers = node.ranks("worker")
+    at = {r: i for i, r in enumerate(peers)}
+    edges = sorted({(min(at[r], at[v]), max(at[r], at[v]))
+                    for r in peers for v in node.neighbours(all=True, rank=r) if v in at})
+    return peers, tuple(edges)
+
+
+def round_length(node: Node, peers: list[int], n: int) -> float:
+    """``round_s``, or auto: twice the longest (step + full frames to every neighbour) of any peer, + 10 ms. Every
+    peer derives the same from the run's world (step and message times as the node models them at time 0)."""
+    cfg = node.algo
+    if cfg.round_s:
+        return cfg.round_s
+    from edgeml.runtime import wire
+
+    batch = node.cfg.data.batch_size
+    frame = wire.snap_nbytes(n, 0, cfg.value_bytes)
+    longest = 0.0
+    for i, r in enumerate(peers):
+        size = node.shard_size(i)
+        work = size / min(batch, size) if cfg.full_batch else 1.0
+        sends = 0.0
+        for v in node.neighbours(all=True, rank=r):
+            cost = node.message_time(v, frame, src=r, at=0.0)
+            if cost is not None:
+                sends += cost
+        longest = max(longest, node.step_time(work, rank=r, at=0.0) + sends)
+    return 2 * longest + 0.01
+
+
+def exchange_peer(node: Node, send_all: bool = False) -> None:
+    """A SNAP / SNAP-0 / SNO peer (see the module docstring)."""
+    import torch
+
+    from edgeml.runtime import wire
+
+    cfg = node.algo
+    trainer = node.trainer()
+    x = trainer.params
+    node.expose(x)
+    peers, edges = peer_graph(node)
+    W, info = peer_weights(edges, len(peers), cfg.weights, cfg.prune)
+    alpha = cfg.lr * (1.0 + info[info["chosen"]]["smallest"]) if cfg.step == "bound" else cfg.lr
+    me = peers.index(node.rank)
+    weight = {peers[j]: float(W[me, j]) for j in range(len(peers)) if j != me and W[me, j] != 0}
+    if me == 0:
+        node.log("weights", setup_s=info["setup_s"], chosen=info["chosen"], peers=len(peers), links=len(edges),
+                 alpha=alpha,
+                 **{f"{name}_{k}": v for name in ("eq24", "problem22", "problem23") if name in info
+                    for k, v in info[name].items()})
+    n = x.numel()
+    T = round_length(node, peers, n)
+    views = {j: x.clone() for j in weight}  # each neighbour's values as last received: x^0 at the start
+    held = {j: x.clone() for j in weight}  # this peer's values as each neighbour holds them
+    threshold = 0.0 if send_all else cfg.threshold * float(x.abs().mean())
+    schedule = APESchedule(threshold, cfg.epsilon * threshold if not send_all else 0.0, cfg.hold, cfg.shrink,
+                           cfg.growth) if not send_all else None
+    everything = torch.ones(n, dtype=torch.bool, device=x.device)
+    prev = None
+    k = math.ceil(node.now() / T - 1e-9)  # the first tick after set-up
+    node.sleep(max(0.0, k * T - node.now()))
+    iteration = 0
+    while True:
+        tick = k * T
+        up = set(node.neighbours(at=tick))  # the link state at the tick, as both ends see it
+        live = [j for j in weight if j in up]
+        peer_gradient(node, trainer)
+        g = trainer.grad.clone()
+        D = torch.zeros_like(x)
+        for j in live:
+            D.add_(views[j] - held[j], alpha=weight[j])
+        new = peer_step(x, D, g, alpha, prev)
+        prev = (x.clone(), D, g)
+        x.copy_(new)
+        bound = 0.0 if send_all else schedule.bound()
+        sent = messages = nbytes = 0
+        unsent = 0.0
+        for j in live:
+            mask = everything if send_all else changed(x, held[j], bound)
+            nbytes += node.send(j, "params", **wire.snap_frame(x, mask, cfg.value_bytes))
+            held[j][mask] = x[mask]
+            sent += int(mask.sum())
+            messages += 1
+            if not send_all:
+                unsent = max(unsent, float((x - held[j]).abs().max()))
+        if schedule is not None:
+            schedule.record(unsent)
+        node.log("exchange", iteration=iteration, sent=sent, messages=messages, bytes=nbytes,
+                 threshold=schedule.threshold if schedule else 0.0, ape=schedule.ape if schedule else 0.0)
+        iteration += 1
+        if me == 0:
+            node.count("iterations")
+        k = max(k + 1, math.floor(node.now() / T + 1e-9))  # an overrun round: wait for the next tick
+        while (left := (k * T) - node.now()) > 0:
+            msg = node.recv(tag="params", timeout=left)
+            if msg is None:
+                break
+            if msg.src in views:
+                views[msg.src] = wire.snap_decode(msg.data, views[msg.src])
+        while (msg := node.recv(tag="params", timeout=0)) is not None:  # arrived exactly at the tick
+            if msg.src in views:
+                views[msg.src] = wire.snap_decode(msg.data, views[msg.src])
+        if iteration == cfg.iterations:  # at the tick that ends the last round: every peer has sent its frames
+            if me == 0:
+                node.stop_run(f"{iteration} iterations done")
+            return
+
+
+# ------------------------------------------------------------------------------------------ the PS at a peer
+
+
+def ps_host(seed: int, peers: list[int]) -> int:
+    """The peer that hosts the parameter server: drawn with the run's seed, the same at every peer."""
+    return peers[random.Random(f"{seed}/ps-host").randrange(len(peers))]
+
+
+class DenseGradients:
+    """How a peer's gradient reaches the host in ``ps_peer``: as it is, ``value_bytes`` per value. A subclass
+    changes the encoding (TernGrad's, ``edgeml.algorithms.terngrad``)."""
+
+    def agree(self, node: Node, trainer, others: list[int]) -> None:
+        """At the host, once its own gradient is computed and before it receives the others' (TernGrad's scaler
+        sharing); nothing for dense gradients."""
+
+    def encode(self, node: Node, trainer, host: int) -> dict[str, Any]:
+        """At every other peer: the fields of the message that carries its gradient to ``host``."""
+        import torch
+
+        return {"grad": trainer.grad.to({4: torch.float32, 8: torch.float64}[node.algo.value_bytes])}
+
+    def decode(self, data: dict[str, Any], trainer) -> torch.Tensor:
+        """At the host: a peer's gradient from its message's fields."""
+        return data["grad"]
+
+
+DENSE = DenseGradients()
+
+
+def ps_peer(node: Node, gradients: DenseGradients = DENSE) -> None:
+    """A peer of the PS scheme: the host averages every peer's gradient (``gradients`` says how they travel) and
+    steps."""
+    import torch
+
+    cfg = node.algo
+    trainer = node.trainer()
+    host = ps_host(node.cfg.run.seed, node.ranks("worker"))
+    others = [r for r in node.ranks("worker") if r != host]
+    dtype = {4: torch.float32, 8: torch.float64}[cfg.value_bytes]
+    if node.rank == host:
+        node.expose(trainer.params)
+    iteration = 0
+    while True:
+        peer_gradient(node, trainer)
+        if node.rank == host:
+            gradients.agree(node, trainer, others)
+            total = trainer.grad.clone().double()
+            for r in others:
+                total += gradients.decode(node.recv(r, "grad").data, trainer).double()
+            trainer.grad.copy_(total / (len(others) + 1))
+            trainer.sgd(cfg.lr)
+            node.count("iterations")
+            iteration += 1
+            for r in others:
+                node.send(r, "model", detour=True, params=trainer.params.to(dtype))
+            if iteration == cfg.iterations:  # after the round's last messages
+                node.stop_run(f"{iteration} iterations done")
+        else:
+            node.push(host, "grad", detour=True, **gradients.encode(node, trainer, host))
+            trainer.params.copy_(node.recv(host, "model")["params"])
+
+
+# ------------------------------------------------------------------------------------------ registration
+
+
+def peer_nodes(program):
+    """``nodes(cfg)``: one ``program`` per peer (every node is a worker)."""
+    return lambda cfg: [("worker", program)] * cfg.cluster.workers
+
+
+SOLVER = ("cvxpy", "scipy.sparse")
+"""The weight matrix's solver (``weights.optimal_weights``): a second to import, so procs loads it before the clock."""
+
+register(AlgorithmSpec("snap", "SNAP: EXTRA among neighbours, optimized weights, only changes above the APE bound",
+                       SNAPConfig, peer_nodes(exchange_peer), "snap.txt Sec. IV, Alg. 1", preload=SOLVER))
+register(AlgorithmSpec("snap0", "SNAP-0: SNAP sending every changed parameter (APE threshold 0)", SNAP0Config,
+                       peer_nodes(exchange_peer), "snap.txt Sec. V", preload=SOLVER), "snap-0")
+register(AlgorithmSpec("sno", "Select Neighbour Only: EXTRA among neighbours, every parameter every round",
+                       ExchangeConfig, peer_nodes(functools.partial(exchange_peer, send_all=True)), "snap.txt Sec. V",
+                       preload=SOLVER))
+register(AlgorithmSpec("peer_ps", "Synchronous parameter server hosted at a peer, gradients routed over the "
+                       "topology", PeerConfig, peer_nodes(ps_peer), "snap.txt Sec. V"))

@@ -1,0 +1,182 @@
+"""SNAP's weight matrix W (snap.txt Sec. IV-B, Eqs. 12-24, Theorems 2-3), computed once at set-up from the whole
+peer graph (the neighbour sets are known in advance).
+
+EXTRA (Sec. IV-A, Eqs. 6-8) needs W symmetric and doubly stochastic with w_ij = 0 off the graph. Two candidates
+improve on Eq. (24)'s W (``initial_weights``): problems (23) (minimize lambda_max(W) + the second-largest
+eigenvalue; lambda_max(W) = 1, so this is (21)) and (22) (maximize lambda_min(W)), convex (Theorem 3), each with
+the other eigenvalue held at least as good as at Eq. (24)'s W (our addition: alone, (22) returns W = I, which
+never mixes, and (23) drives the smallest eigenvalue to -1, where EXTRA's step condition fails), solved with
+cvxpy's bundled conic solver (CLARABEL, SCS as the fallback). The one with the better ``rate_score`` is kept (Sec.
+IV-B: "the solution that can result in the larger convergence rate"); weights below ``prune`` drop their edge
+(Sec. IV-D, neighbour planning). The solver's own time is the set-up time, which the peers log in the
+``weights`` series with both matrices' eigenvalues; it is not training time (the round clock starts after it).
+
+EXTRA converges for alpha < 2 mu_g lambda_min(W~) / L_f^2 (Sec. IV-A, from Eq. 10; W~ = (W + I) / 2, Eq. 7), so
+a W with a larger lambda_min allows a larger step: the peers' ``step = "bound"`` (``programs.py``) uses it.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from edgeml.errors import UserError
+
+
+def _check(adj: np.ndarray) -> np.ndarray:
+    adj = np.asarray(adj, dtype=bool)
+    if adj.ndim != 2 or adj.shape[0] != adj.shape[1] or not (adj == adj.T).all() or adj.diagonal().any():
+        raise ValueError("adjacency must be a symmetric square matrix with an empty diagonal")
+    return adj
+
+
+def initial_weights(adj: np.ndarray, eps: float = 1e-3) -> np.ndarray:
+    """Eq. (24): w_ij = 1 / (max(deg(i), deg(j)) + eps) for neighbours, 0 for others, 1 - (row's others) on the
+    diagonal."""
+    adj = _check(adj)
+    if not eps > 0:
+        raise ValueError("eps must be > 0")
+    deg = adj.sum(1)
+    W = np.where(adj, 1.0 / (np.maximum.outer(deg, deg) + eps), 0.0)
+    np.fill_diagonal(W, 1.0 - W.sum(1))
+    return W
+
+
+def eigenvalues(W: np.ndarray) -> np.ndarray:
+    """Eigenvalues of a symmetric W, descending."""
+    return np.sort(np.linalg.eigvalsh(W))[::-1]
+
+
+def second_largest(W: np.ndarray) -> float:
+    """lambda-bar_max(W): the largest eigenvalue after the one of the consensus direction (1 for these W)."""
+    return float(eigenvalues(W)[1])
+
+
+def rate_score(W: np.ndarray) -> float:
+    """(1 - second-largest eigenvalue of W) x lambda_min(W~), W~ = (W + I) / 2: larger converges faster. These are
+    the two factors the rate bound (Eq. 17, from Eqs. 12-16) grows with; the paper keeps "the solution that can
+    result in the larger convergence rate" without a formula free of the problem's constants."""
+    ev = eigenvalues(W)
+    return float((1.0 - ev[1]) * (1.0 + ev[-1]) / 2.0)
+
+
+def optimal_weights(adj: np.ndarray, objective: str, nonnegative: bool = True,
+                    start: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+    """Problem (21)/(23) (``objective = "second"``: minimize the second-largest eigenvalue) or (22)
+    (``"smallest"``: maximize the smallest eigenvalue) over symmetric doubly stochastic W on the graph; returns
+    (W, the seconds cvxpy and its solver took).
+
+    W = I - sum_e w_e (u_i - u_j)(u_i - u_j)^T over the graph's links e = (i, j): symmetric, rows summing to 1
+    and zero off the graph by construction, so only the link weights are variables. With lambda_max(W) = 1
+    (Eq. 12), (23)'s lambda_max(W) + lambda-bar_max(W) is minimized as lambda_max(W - 2 11^T / N) (the consensus
+    direction moved to eigenvalue -1, below every other), one matrix inequality (cvxpy's
+    ``lambda_sum_largest`` costs an N x N matrix variable more: 3x slower at N = 60).
+    "Doubly stochastic" is read with non-negative entries (``nonnegative``); the fastest-mixing literature also
+    allows negative weights.
+
+    With ``start`` (a feasible W: Eq. 24's, the paper's starting point) the other eigenvalue of Eq. (20) is held
+    at least as good as at ``start``: alone, (22) is solved by W = I (lambda_min = 1, but no mixing at all), and
+    (23) drives lambda_min(W) toward -1, which shrinks the step EXTRA allows (alpha < 2 lambda_min(W~) / L_f,
+    Sec. IV-A)."""
+    import cvxpy as cp
+    import scipy.sparse as sp
+
+    adj = _check(adj)
+    n = len(adj)
+    links = np.argwhere(np.triu(adj))
+    m = len(links)
+    if m == 0:
+        return np.eye(n), 0.0
+    rows, cols, vals = [], [], []
+    for e, (i, j) in enumerate(links):
+        rows += [i * n + i, j * n + j, i * n + j, j * n + i]
+        cols += [e] * 4
+        vals += [1.0, 1.0, -1.0, -1.0]
+    laplacians = sp.csr_matrix((vals, (rows, cols)), shape=(n * n, m))  # vec(W) = vec(I) - laplacians @ w
+    w = cp.Variable(m)
+    W = cp.reshape(np.eye(n).reshape(-1) - laplacians @ w, (n, n), order="C")
+    incidence = sp.csr_matrix((np.ones(2 * m), (links.reshape(-1), np.repeat(np.arange(m), 2))), shape=(n, m))
+    constraints = [w >= 0, incidence @ w <= 1] if nonnegative else []  # off-diagonal and diagonal >= 0
+    t = cp.Variable()
+    eye, consensus = np.eye(n), 2 * np.ones((n, n)) / n
+    if objective == "second":
+        constraints.append(W - consensus << t * eye)
+        if start is not None:
+            constraints.append(W >> float(eigenvalues(start)[-1]) * eye)
+        problem = cp.Problem(cp.Minimize(t), constraints)
+    elif objective == "smallest":
+        constraints.append(W >> t * eye)
+        if start is not None:
+            constraints.append(W - consensus << float(eigenvalues(start)[1]) * eye)
+        problem = cp.Problem(cp.Maximize(t), constraints)
+    else:
+        raise ValueError(f"objective {objective!r}: use 'second' (problem 23) or 'smallest' (problem 22)")
+    for solver in ("CLARABEL", "SCS"):
+        try:
+            problem.solve(solver=solver, **SOLVER_OPTIONS.get(solver, {}))
+        except cp.error.SolverError:
+            continue
+        if problem.status in ("optimal", "optimal_inaccurate") and w.value is not None:
+            seconds = (problem.compilation_time or 0.0) + (problem.solver_stats.solve_time or 0.0)
+            weights = np.clip(w.value, 0.0, None) if nonnegative else w.value
+            return symmetrize(np.eye(n) - (laplacians @ weights).reshape(n, n)), seconds
+    raise UserError(f"the weight-matrix problem ({objective}) could not be solved: status {problem.status}")
+
+
+SOLVER_OPTIONS = {"CLARABEL": {"chordal_decomposition_merge_method": "none"}}
+"""Clarabel's default merging of the cliques of a chordal decomposition (``clique_graph``, Clarabel 0.11) never
+returns on some sparse graphs (a 20-node graph of average degree 2 held it for minutes, growing past 7 GB);
+without merging, every graph tried (10-100 nodes, degree 2-5) solves, and faster (60 nodes: 10 s against 13 s)."""
+
+
+def symmetrize(W: np.ndarray) -> np.ndarray:
+    """W made exactly symmetric with rows summing to 1 (the solver's answer is so up to its tolerance)."""
+    W = (W + W.T) / 2.0
+    np.fill_diagonal(W, 0.0)
+    np.fill_diagonal(W, 1.0 - W.sum(1))
+    return W
+
+
+def prune(W: np.ndarray, threshold: float = 1e-6) -> np.ndarray:
+    """Off-diagonal weights below ``threshold`` become 0 (the edge is dropped); the diagonal refills each row."""
+    W = W.copy()
+    small = (np.abs(W) < threshold) & ~np.eye(len(W), dtype=bool)
+    W[small] = 0.0
+    return symmetrize(W)
+
+
+def choose_weights(adj: np.ndarray, nonnegative: bool = True, threshold: float = 1e-6,
+                   eps: float = 1e-3, pick: str = "optimized") -> tuple[np.ndarray, dict]:
+    """The optimized W of Sec. IV-B: problems (23) and (22) from Eq. (24)'s point, the one with the better
+    ``rate_score`` (``pick = "optimized"``) or the one named (``"problem22"``, ``"problem23"``), pruned.
+    Returns (W, info) with each candidate's second-largest and smallest eigenvalue and score, Eq. (24)'s
+    included for comparison, the name of the one ``chosen`` and ``setup_s``, the solvers' time for both."""
+    candidates = {"eq24": initial_weights(adj, eps)}
+    setup_s = 0.0
+    for objective, name in (("second", "problem23"), ("smallest", "problem22")):
+        W, seconds = optimal_weights(adj, objective, nonnegative, start=candidates["eq24"])
+        candidates[name] = prune(W, threshold)
+        setup_s += seconds
+    info: dict = {name: {"second_largest": second_largest(W), "smallest": float(eigenvalues(W)[-1]),
+                         "score": rate_score(W)} for name, W in candidates.items()}
+    best = pick if pick in ("problem22", "problem23") else \
+        max(("problem23", "problem22"), key=lambda name: info[name]["score"])
+    info["chosen"] = best
+    info["setup_s"] = setup_s
+    return candidates[best], info
+
+
+@functools.lru_cache(maxsize=8)
+def peer_weights(edges: tuple[tuple[int, int], ...], n: int, kind: str, threshold: float) -> tuple[np.ndarray, dict]:
+    """W for the graph of ``n`` peers with links ``edges`` (peer indices), with its ``info``: Eq. (24)'s as it is
+    (``kind = "eq24"``), or ``choose_weights(pick=kind)`` pruned at ``threshold``. Cached: every peer of a run in
+    one process asks for the same."""
+    adj = np.zeros((n, n), dtype=bool)
+    for i, j in edges:
+        adj[i, j] = adj[j, i] = True
+    if kind == "eq24":
+        W = initial_weights(adj)
+        return W, {"chosen": "eq24", "setup_s": 0.0,
+                   "eq24": {"second_largest": second_largest(W), "smallest": float(eigenvalues(W)[-1])}}
+    return choose_weights(adj, threshold=threshold, pick=kind)
