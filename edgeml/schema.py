@@ -179,7 +179,7 @@ class ClusterSection:
     """procs: sleep each step up to its emulated duration; off measures raw speed (benchmarks)."""
     slowdowns: list[dict] = field(default_factory=list)
     """Time-varying slowdowns: ``[{worker = 0, start = 10.0, end = 20.0, factor = 3.0}]``; ``node`` instead of
-    ``worker`` names any nodes (``{node = "ps", start = 0, factor = 2}``; see ``edgeml.env``), whose ``end`` may
+    ``worker`` names any nodes (``{node = "ps", start = 0, factor = 2}``; see ``edgeml.world``), whose ``end`` may
     be left out (until the run ends)."""
     crashes: list[dict] = field(default_factory=list)
     """Fail-stop schedule: ``[{worker = 1, time = 5.0}]``."""
@@ -188,7 +188,7 @@ class ClusterSection:
     point with ``node.push``; queries and replies never fail)."""
     devices: dict[str, Any] = field(default_factory=dict)
     """Device kind per node, overriding ``run.device``: ``{cpu = "0-1", cuda = "2-5"}`` (worker indices, a role
-    like ``"ps"``, ``"worker:0-1"`` or ``"*"``; see ``edgeml.env``). ESync's testbed: 4 GPUs and 2 CPUs."""
+    like ``"ps"``, ``"worker:0-1"`` or ``"*"``; see ``edgeml.world``). ESync's testbed: 4 GPUs and 2 CPUs."""
     throttle_mode: Literal["absolute", "scale"] = "absolute"
     """procs: ``absolute`` sleeps each step up to ``base_step_s`` x factor; ``scale`` stretches the measured step
     time by the factor, so real co-running load shows in step times."""
@@ -273,7 +273,7 @@ class LoadSection:
     schedule: list[dict] = field(default_factory=list)
     """Co-running workloads ``[{node = 0, kind = "cpu", intensity = 0.5, start = 0, end = 30}]``: kind cpu,
     disk, net or io (disk and net), intensity u in (0, 1], end omitted = until the run ends; real processes in
-    procs, the model of ``edgeml.env`` in sim."""
+    procs, the model of ``edgeml.world`` in sim."""
     cores: int = ranged(1, ge=1)
     """Cores of each node's share of its host, which its training and its workloads compete for (procs pins
     them there; sim's model)."""

@@ -25,6 +25,11 @@ QUICK = {  # periods short enough that every kind of message occurs within the r
     **{name: ["stop.max_time=10"] for name in ("snap", "snap0", "sno")},
 }
 
+VALUE_SIZED = {"snap"}
+"""Algorithms whose message sizes depend on the values sent (SNAP's frames carry only the parameters that moved
+past the APE bound), which differ between a virtual and a wall clock: the same kinds of message, sizes not
+compared (``tests/test_wire.py`` checks their encoding byte for byte)."""
+
 
 def _read_back(path) -> tuple[pd.DataFrame, pd.DataFrame]:
     meta = json.loads((path / "meta.json").read_text())
@@ -57,7 +62,8 @@ def test_every_algorithm_keeps_the_contract_on_both_backends(tmp_path, algorithm
         sizes[backend] = tags.groupby(["role", "tag"]).agg(smallest=("min_bytes", "min"), largest=("max_bytes", "max"))
     # the same kinds of message, of the same sizes
     assert sizes["sim"].index.tolist() == sizes["procs"].index.tolist()
-    assert sizes["sim"].equals(sizes["procs"]), pd.concat(sizes, axis=1)
+    if algorithm not in VALUE_SIZED:
+        assert sizes["sim"].equals(sizes["procs"]), pd.concat(sizes, axis=1)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

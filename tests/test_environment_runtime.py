@@ -1,4 +1,4 @@
-"""The environment (``edgeml.env``) as both backends apply it through the node interface: interruptible and
+"""The world (``edgeml.world``) as both backends apply it through the node interface: interruptible and
 work-proportional steps, co-running load, topologies with hop costs and failed links, progress counters,
 random waits and per-node devices. Scenarios are small plugin algorithms (tests/plugins/edgeml_faultplugins.py)."""
 

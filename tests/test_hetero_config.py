@@ -71,7 +71,7 @@ def test_every_number_declares_its_range_beside_its_field():
     ("data.alpha=0.0", "data.alpha = 0.0 is out of range: use a number > 0"),
     ("stop.target_accuracy=2", "stop.target_accuracy = 2.0 is out of range: use a number in [0, 1]"),
     ("ssp.staleness=-1", "ssp.staleness = -1"),
-    ("ssp.lr=nan", "ssp.lr = nan is not a finite number: use a finite number"),
+    ("ssp.lr=nan", "ssp.lr = nan is not a finite number: use a number > 0"),
     ("cluster.crashes=[{worker=0, time=nan}]", "cluster.crashes[0].time = nan is not a finite number"),
     ("network.links=[{worker=0, latency_s='x'}]", "latency_s = 'x' must be a finite number >= 0"),
     ("network.links=[{worker=true}]", "worker must be an index"),

@@ -261,10 +261,6 @@ class Node:
         self._gen = None
         self._load_since: float | None = None
 
-    @property
-    def env(self):  # TRANSITIONAL: removed once no algorithm reads it
-        return self.world
-
     # ------------------------------------------------------------------ identity
     @property
     def rank(self) -> int:
