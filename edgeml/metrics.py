@@ -1,48 +1,18 @@
-"""Measurements of a run: the monitor that evaluates and decides when to stop, and the run directory.
-
-Run directory (format 1; tables are rebuilt from it alone):
-
-    config.toml     the resolved configuration
-    meta.json       edgeml version, format, git SHA, seed, host, backend, threads, calibration, status
-                    (running, completed, stalled, stopped, interrupted, failed), stop reason, duration
-    evals.csv       time_s, total_steps, total_samples, total_bytes, total_byte_hops, ps_ingress_bytes, loss,
-                    accuracy, messages_lost, then the algorithm's counters (``Node.count``: rounds, iterations,
-                    epochs, commits; a column appears when first counted, earlier rows read 0)
-    nodes.csv       one row per node: rank, role, index, compute_s, comm_s, wait_s, alive_s, steps, samples,
-                    messages_sent, bytes_sent, messages_lost, messages_recv, bytes_recv, byte_hops, crashed,
-                    crash_time_s
-    messages.csv    one row per node and message tag: rank, role, tag, messages_sent, bytes_sent,
-                    messages_lost, min_bytes, max_bytes (the smallest and largest message; tag ``all_reduce``
-                    counts a ring all-reduce's share, see ``edgeml.runtime.base``), byte_hops
-    series/*.csv    algorithm time series (time_s, rank, role, fields...): e.g. staleness, decisions
-    summary.json    headline numbers (see ``summarize``)
-    error.txt       only when a node program raised: which node (role, index, rank), when, and the traceback
-
-``evals.csv`` is appended as the run goes, so a run that dies keeps what it measured. A crashed node's
-``alive_s`` ends at its crash; a node process that died (killed, or exited on its own) counts as crashed.
-"""
+"""Measurements of a run: the monitor that evaluates and decides when to stop, the totals and headline numbers
+(``summarize``), and the rows of the node reports; the run directory they go to is ``edgeml.rundir``'s."""
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 import statistics
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from edgeml.runtime.base import EVAL_COLUMNS, Counters, NodeInfo, TagCounters
+from edgeml.rundir import RunWriter
+from edgeml.runtime.base import Counters, NodeInfo, TagCounters
 from edgeml.train import Evaluator, Job
-
-FORMAT_VERSION = 1
-NODE_COLUMNS = ["rank", "role", "index", "compute_s", "comm_s", "wait_s", "alive_s", "steps", "samples",
-                "messages_sent", "bytes_sent", "messages_lost", "messages_recv", "bytes_recv", "byte_hops", "crashed",
-                "crash_time_s"]
-TAG_COLUMNS = ["rank", "role", "tag", "messages_sent", "bytes_sent", "messages_lost", "min_bytes", "max_bytes",
-               "byte_hops"]
 
 
 @dataclass
@@ -94,7 +64,7 @@ class Monitor:
     costs no virtual time, in ``procs`` the monitor process does it while the nodes keep training.
     """
 
-    def __init__(self, job: Job, writer: "RunWriter | None" = None, on_row: Callable[[dict], None] | None = None):
+    def __init__(self, job: Job, writer: RunWriter | None = None, on_row: Callable[[dict], None] | None = None):
         self.job = job
         self.stop_cfg = job.cfg.stop
         ds = job.dataset
@@ -156,122 +126,15 @@ class Monitor:
             self.stop_reason = f"time budget {self.stop_cfg.max_time:g} s reached"
 
 
-# ------------------------------------------------------------------------------------------ the directory
+# ------------------------------------------------------------------------------------------ rows and summary
 
 
-def _csv_value(v: Any) -> Any:
-    """A number as its shortest exact text, NaN as an empty cell. Numpy scalars (whose repr is
-    ``np.float32(...)``, ``np.True_``) become Python numbers first."""
-    if hasattr(v, "item") and hasattr(v, "dtype") and getattr(v, "ndim", 1) == 0:
-        v = v.item()
-    if isinstance(v, float):
-        return repr(v) if math.isfinite(v) else ("" if math.isnan(v) else repr(v))
-    return v
-
-
-class RunWriter:
-    """Writes one run directory. Created only after the config is valid, so bad input leaves nothing."""
-
-    def __init__(self, path: Path, config: dict, meta: dict):
-        import tomli_w
-
-        self.path = path
-        path.mkdir(parents=True, exist_ok=False)
-        (path / "config.toml").write_text(tomli_w.dumps(_toml_safe(config)))
-        self.meta = {"format": FORMAT_VERSION, **meta, "status": "running"}
-        self.write_meta()
-        self.columns = list(EVAL_COLUMNS)
-        self._evals = open(path / "evals.csv", "w", newline="")
-        self._eval_writer = csv.DictWriter(self._evals, fieldnames=self.columns)
-        self._eval_writer.writeheader()
-        self._evals.flush()
-
-    @classmethod
-    def attach(cls, path: Path) -> "RunWriter":
-        """Reopen a run directory created by another process, to append evaluations and finish it."""
-        self = cls.__new__(cls)
-        self.path = path
-        self.meta = json.loads((path / "meta.json").read_text())
-        with open(path / "evals.csv", newline="") as f:
-            self.columns = next(csv.reader(f), None) or list(EVAL_COLUMNS)
-        self._evals = open(path / "evals.csv", "a", newline="")
-        self._eval_writer = csv.DictWriter(self._evals, fieldnames=self.columns)
-        return self
-
-    def close(self) -> None:
-        self._evals.close()
-
-    def write_meta(self, **updates: Any) -> None:
-        self.meta.update(updates)
-        tmp = self.path / "meta.json.tmp"
-        tmp.write_text(json.dumps(self.meta, indent=2, default=str))
-        tmp.replace(self.path / "meta.json")
-
-    def write_error(self, text: str) -> Path:
-        """Add a node's error report (who, when, traceback) to ``error.txt``; returns its path."""
-        path = self.path / "error.txt"
-        with open(path, "a") as f:
-            f.write(text.rstrip("\n") + "\n\n")
-        return path
-
-    def append_eval(self, row: dict[str, Any]) -> None:
-        new = [k for k in row if k not in self.columns]
-        if new:  # an algorithm counter seen for the first time: rewrite the table with its column (rare)
-            self._evals.close()
-            with open(self.path / "evals.csv", newline="") as f:
-                old = list(csv.DictReader(f))
-            self.columns += new
-            tmp = self.path / "evals.csv.tmp"
-            with open(tmp, "w", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=self.columns, restval=0)
-                w.writeheader()
-                w.writerows(old)
-            tmp.replace(self.path / "evals.csv")
-            self._evals = open(self.path / "evals.csv", "a", newline="")
-            self._eval_writer = csv.DictWriter(self._evals, fieldnames=self.columns)
-        self._eval_writer.writerow({k: _csv_value(row.get(k, 0)) for k in self.columns})
-        self._evals.flush()
-
-    def finish(self, reports: list[NodeReport], series: list[tuple[str, dict]], evals: list[dict],
-               duration: float, status: str, reason: str, job: Job) -> dict[str, Any]:
-        self._evals.close()
-        with open(self.path / "nodes.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=NODE_COLUMNS)
-            w.writeheader()
-            for r in sorted(reports, key=lambda r: r.info.rank):
-                w.writerow(node_row(r, duration))
-        with open(self.path / "messages.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=TAG_COLUMNS)
-            w.writeheader()
-            for r in sorted(reports, key=lambda r: r.info.rank):
-                for tag, t in sorted(r.tags.items()):
-                    w.writerow({"rank": r.info.rank, "role": r.info.role, "tag": tag, **asdict(t)})
-        by_name: dict[str, list[dict]] = {}
-        for name, row in series:
-            by_name.setdefault(name, []).append(row)
-        if by_name:
-            (self.path / "series").mkdir(exist_ok=True)
-        for name, rows in by_name.items():
-            cols: list[str] = []
-            for row in rows:
-                cols.extend(k for k in row if k not in cols)
-            with open(self.path / "series" / f"{name}.csv", "w", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=cols)
-                w.writeheader()
-                for row in rows:
-                    w.writerow({k: _csv_value(v) for k, v in row.items()})
-        summary = summarize(job, reports, evals, duration, status, reason)
-        (self.path / "summary.json").write_text(json.dumps(summary, indent=2))
-        self.write_meta(status=status, stop_reason=reason, duration_s=duration)
-        return summary
-
-
-def _toml_safe(d: Any) -> Any:
-    if isinstance(d, dict):
-        return {k: _toml_safe(v) for k, v in d.items() if v is not None}
-    if isinstance(d, list):
-        return [_toml_safe(v) for v in d]
-    return d
+def report_rows(reports: list[NodeReport], duration: float) -> tuple[list[dict], list[dict]]:
+    """``nodes.csv``'s and ``messages.csv``'s rows (``edgeml.rundir.RunWriter.finish``), in rank order."""
+    ranked = sorted(reports, key=lambda r: r.info.rank)
+    return ([node_row(r, duration) for r in ranked],
+            [{"rank": r.info.rank, "role": r.info.role, "tag": tag, **asdict(t)} for r in ranked
+             for tag, t in sorted(r.tags.items())])
 
 
 def node_row(r: NodeReport, duration: float) -> dict[str, Any]:
@@ -320,7 +183,8 @@ def summarize(job: Job, reports: list[NodeReport], evals: list[dict], duration: 
         "final_accuracy": accs[-1] if accs else None, "best_accuracy": max(accs) if accs else None,
         "final_loss": losses[-1] if losses else None, "best_loss": min(losses) if losses else None,
         "total_steps": totals.steps, "total_samples": totals.samples, "counts": totals.counts,
-        "total_bytes": totals.bytes, "total_byte_hops": totals.byte_hops, "ps_ingress_bytes": totals.ps_ingress, "messages_lost": totals.messages_lost,
+        "total_bytes": totals.bytes, "total_byte_hops": totals.byte_hops, "ps_ingress_bytes": totals.ps_ingress,
+        "messages_lost": totals.messages_lost,
         "compute_fraction": sum(r.counters.compute_s for r in workers) / alive,
         "comm_fraction": sum(r.counters.comm_s for r in workers) / alive,
         "wait_fraction": sum(r.counters.wait_s for r in workers) / alive,

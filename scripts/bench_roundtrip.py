@@ -86,7 +86,8 @@ def measure(busy_ms: float, trips: int) -> list[float]:
     ctx = mp.get_context("fork")
     eps = T.loopback_endpoints(2)
     qs, qw = ctx.Queue(), ctx.Queue()
-    procs = [ctx.Process(target=server, args=(eps[0], qs)), ctx.Process(target=worker, args=(eps[1], busy_ms, trips, qw))]
+    procs = [ctx.Process(target=server, args=(eps[0], qs)),
+             ctx.Process(target=worker, args=(eps[1], busy_ms, trips, qw))]
     for p in procs:
         p.start()
     w, s = qw.get(), qs.get()

@@ -9,10 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from edgeml.claims import Claim, evaluate, paper_text, parse_claim, trend_statistic
-from edgeml.convergence import Target, reach, stays_index, stopping_index
+from edgeml.analysis.claims import Claim, parse_claim
+from edgeml.analysis.convergence import Target, reach, stays_index, stopping_index
+from edgeml.analysis.stats import bootstrap_ci, mean_interval
+from edgeml.analysis.verdicts import evaluate, paper_text, trend_statistic
 from edgeml.errors import UserError
-from edgeml.stats import bootstrap_ci, mean_interval
 
 INF = math.inf
 
@@ -35,7 +36,8 @@ def test_stays_below_ignores_a_curve_that_dips_once():
     assert reach(evals, Target("loss", 0.9, "first"), END).time_s == 40.0
     stays = reach(evals, Target("loss", 0.9), END)
     assert (stays.time_s, stays.steps, stays.bytes, stays.censored) == (140.0, 595.0, 7000.0, False)
-    assert {q: stays.resolution[q] for q in ("time", "steps", "bytes")} == {"time": 20.0, "steps": 85.0, "bytes": 1000.0}
+    assert {q: stays.resolution[q] for q in ("time", "steps", "bytes")} == \
+        {"time": 20.0, "steps": 85.0, "bytes": 1000.0}
     assert math.isnan(stays.resolution["ingress"])  # no ps_ingress_bytes column in this table
     # the mean of the last 5 evaluations first falls to 0.9 at t = 220, once the 1.1 has left the window
     assert reach(evals, Target("loss", 0.9, "smoothed"), END).time_s == 220.0
@@ -310,13 +312,13 @@ def test_a_difference_of_accuracies_is_in_percentage_points():
 
 
 def test_a_resolution_reads_as_a_short_number():
-    from edgeml.claims import _resolution_text
+    from edgeml.analysis.verdicts import _resolution_text
     assert [_resolution_text(r, "s") for r in (19.9959, 20.0, 0.5, 1234.4)] == ["20 s", "20 s", "0.5 s", "1234 s"]
     assert _resolution_text(2.5e6, "bytes") == "2.5 MB" and _resolution_text(math.nan, "s") == "-"
 
 
 def test_a_change_that_rounds_to_zero_has_no_sign():
-    from edgeml.claims import _show
+    from edgeml.analysis.verdicts import _show
     higher = claim("difference", metric="final_accuracy", direction="higher")
     assert [_show(higher, v) for v in (0.0003, -0.0003, 0.0, -0.02, 0.02)] == ["0.0 pp", "0.0 pp", "0.0 pp",
                                                                                "+2.0 pp", "-2.0 pp"]

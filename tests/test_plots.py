@@ -10,9 +10,11 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from edgeml import cli, plots
-from edgeml.figures import write_figures
-from edgeml.report import load_runs
+from edgeml import cli
+from edgeml.analysis import plots
+from edgeml.analysis.figures import write_figures
+from edgeml.analysis.plots.style import _spans
+from edgeml.rundir import load_runs
 from test_report import make_run
 
 
@@ -321,7 +323,7 @@ def test_rounds_figure_with_seeds_of_equal_means():
     base = SERIES["rounds"].assign(iterations=0.37, run="esync", method="esync", setting="")
     fig = plots.rounds(pd.concat([base.assign(seed=s) for s in range(3)], ignore_index=True))
     assert sorted(round(p.get_height(), 6) for p in fig.axes[0].patches) == [0.37, 0.37]
-    assert (plots._spans([0.36999999999999994], [0.37], [0.37]) >= 0).all()
+    assert (_spans([0.36999999999999994], [0.37], [0.37]) >= 0).all()
 
 
 def test_series_figures_come_from_the_registry(tmp_path, monkeypatch):
@@ -384,7 +386,7 @@ def test_staleness_hist_figure_draws_the_last_histogram_of_each_run_summed_over_
 def test_cost_per_iteration_reads_counters_at_least_a_gap_apart():
     import numpy as np
 
-    from edgeml.plots import _spaced
+    from edgeml.analysis.plots.curves import _spaced
 
     assert _spaced(np.array([0, 1, 2, 3, 10, 11]), 3).tolist() == [True, False, False, True, False, True]
     assert _spaced(np.array([0, 1, 2]), 1).tolist() == [True, True, True]

@@ -13,10 +13,11 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from edgeml import cli
-from edgeml.convergence import Target
+from edgeml.analysis.compare import choose_targets, compare, per_run_table
+from edgeml.analysis.convergence import Target
+from edgeml.analysis.stats import bootstrap_ci
 from edgeml.errors import UserError
-from edgeml.report import choose_targets, compare, find_runs, load_runs, per_run_table
-from edgeml.stats import bootstrap_ci
+from edgeml.rundir import find_runs, load_runs
 
 
 def make_run(root: Path, name: str, algorithm: str = "bsp", seed: int = 0, times=(0, 1, 2, 3),
@@ -305,7 +306,7 @@ def test_an_unfinished_run_among_others_is_skipped(tmp_path):
 
 
 def test_claims_can_name_a_whole_number_summary_field(tmp_path):
-    from edgeml.report import claim_samples
+    from edgeml.analysis.compare import claim_samples
 
     for seed, hops in ((0, 1200), (1, 1300)):  # whole numbers: pandas keeps them as numpy integers
         make_run(tmp_path / "runs", f"a{seed}", seed=seed, summary={"total_byte_hops": hops})

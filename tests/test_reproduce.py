@@ -11,8 +11,10 @@ from typer.testing import CliRunner
 
 from edgeml import cli
 from edgeml.errors import UserError
-from edgeml.report import load_runs
-from edgeml.reproduce import load_experiment, plan, reproduce, select
+from edgeml.reproduce import reproduce
+from edgeml.reproduce.load import load_experiment
+from edgeml.reproduce.plan import plan, select
+from edgeml.rundir import load_runs
 
 EXPERIMENT = """
 [experiment]
@@ -113,7 +115,7 @@ def test_bad_experiment_files_are_refused_with_one_line(tmp_path, toy, old, new,
 def test_bad_runs_and_claims_are_refused_before_anything_runs(tmp_path, toy):
     with pytest.raises(UserError, match="no experiment 'nope': choose one of .*baselines"):
         load_experiment("nope")
-    with pytest.raises(UserError, match="run 'ssp-tight': unknown config key 'ssp.stalenes'"):
+    with pytest.raises(UserError, match=r"run 'ssp-tight': unknown config entry 'ssp.stalenes' \(did you mean"):
         plan(load_experiment(edit(tmp_path, toy, "staleness = 1", "stalenes = 1")))
     with pytest.raises(UserError, match="baseline 'bps' names no run"):
         plan(load_experiment(edit(tmp_path, toy, 'baseline = "bsp"', 'baseline = "bps"')))

@@ -1,33 +1,11 @@
-"""A paper's claims checked against runs: verdicts over seeds with bootstrap intervals, censoring and resolution.
-
-A claim (an experiment file's ``[[claims]]``, see ``edgeml.reproduce``) names a metric, the run it is about
-and, for comparisons, a baseline run. Kinds:
-
-- ``reduction`` (1 - run / baseline), ``ratio`` (baseline / run), ``difference`` (baseline - run): paired by
-  seed. ``paper_value`` is the paper's figure; without it the claim is a direction, ``direction = "lower"``
-  (the run's metric is lower than the baseline's: the default) or ``"higher"``. A direction claim with
-  ``margin = m`` (>= 0, in the effect's units) is a non-inferiority claim: the run may fall short of the
-  baseline on that side by up to m ("at least as accurate as centralized training": margin = 0, identical
-  values hold; "matches standalone within a percentage point": margin = 0.01).
-- ``value``: the run's own metric against ``paper_value`` with ``op`` ">=", "<=" or "between" (then
-  ``paper_value = [low, high]``).
-- A ``reduction``, ``ratio``, ``difference`` or ``value`` claim whose ``run`` names a swept ``[[runs]]`` entry
-  rather than one of its points is checked at every point ("at every heterogeneity degree"), each against
-  the baseline's same point.
-- ``trend``: across the points of a one-key sweep (``run`` names the swept ``[[runs]]`` entry, points in the
-  experiment's order): ``direction = "increasing"`` or ``"decreasing"`` (the least-squares change from the
-  first point to the last) or ``"minimum"`` (the best interior point is below both ends: the dip). With a
-  ``baseline`` (another sweep over the same key) the per-point quantity is the ``effect`` against the
-  baseline's same point (``reduction``, ``ratio`` or ``difference``); otherwise the run's own value. Where a
-  seed was censored at some point the statistic is bounded (``trend_bounds``: it is monotone in each value):
-  the bound on the paper's side can prove the trend ("holds (>= x)"), the other bound can disprove it, and a
-  censored point that cannot change the statistic (a middle point of three, a high end of a dip) leaves it
-  measured.
+"""Verdicts: a claim (``edgeml.analysis.claims``) decided on runs over seeds with bootstrap intervals,
+censoring and resolution, and the text that reports it.
 
 The data are a tidy *samples* table (one row per run, seed, metric and target: ``lo``/``hi`` equal when
-measured, ``hi`` infinite when a run never reached the target) built by ``edgeml.report.claim_samples``.
-Duplicate runs of one seed are one sample (their mean). Each seed gives one value (an interval when censored);
-the verdict rests on the 95% bootstrap interval of their mean (``edgeml.stats``):
+measured, ``hi`` infinite when a run never reached the target) built by
+``edgeml.analysis.compare.claim_samples``. Duplicate runs of one seed are one sample (their mean). Each seed
+gives one value (an interval when censored); the verdict rests on the 95% bootstrap interval of their mean
+(``edgeml.analysis.stats``):
 
 - **holds**: the interval lies on the paper's side of neutral (0 for reductions and differences, 1 for
   ratios) and reaches the paper's figure within 10% (it overlaps [0.9 p, p / 0.9]); a direction claim holds
@@ -55,142 +33,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from edgeml.convergence import RULES
-from edgeml.errors import UserError
-from edgeml.stats import Interval, mean_interval
+from edgeml.analysis.claims import NEUTRAL, PAIR_KINDS, Claim
+from edgeml.analysis.stats import Interval, mean_interval, pair_effect
 
 HOLDS_SHARE = 0.9
-KINDS = ("reduction", "ratio", "difference", "value", "trend")
-PAIR_KINDS = ("reduction", "ratio", "difference")
-NEUTRAL = {"reduction": 0.0, "ratio": 1.0, "difference": 0.0}
-TRENDS = ("increasing", "decreasing", "minimum")
-OPS = (">=", "<=", "between")
-CLAIM_KEYS = {"text", "metric", "run", "baseline", "kind", "paper_value", "op", "direction", "effect", "seeds",
-              "targets", "rule", "figure", "margin"}
-TARGET_METRICS = ("time_to_target", "steps_to_target", "bytes_to_target", "ingress_to_target",
-                  "iterations_to_target", "cost_to_target")
-
-
-@dataclass(frozen=True)
-class Claim:
-    text: str
-    metric: str
-    run: str
-    kind: str
-    baseline: str | None = None
-    paper_value: float | tuple[float, float] | None = None
-    op: str = ">="
-    direction: str | None = None
-    effect: str = "value"
-    seeds: tuple[int, ...] | None = None
-    targets: tuple[float, ...] | None = None
-    rule: str | None = None
-    figure: str | None = None
-    margin: float | None = None
-
-    @property
-    def on_target(self) -> bool:
-        return self.metric in TARGET_METRICS
-
-    @property
-    def sign(self) -> int:
-        """+1 when the paper's side is the run's metric being lower (pairs) / the trend as named; -1 else."""
-        if self.kind == "trend":
-            return -1 if self.direction == "decreasing" else 1
-        if self.paper_value is not None:
-            return 1 if self.paper_value > NEUTRAL[self.kind] else -1
-        return -1 if self.direction == "higher" else 1
-
-
-def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def parse_claim(raw: dict, where: str, default_baseline: str) -> Claim:
-    """Validate one ``[[claims]]`` table strictly (unknown keys refused with the allowed list)."""
-    if not isinstance(raw, dict):
-        raise UserError(f"{where}: a [[claims]] entry must be a table")
-    unknown = sorted(set(raw) - CLAIM_KEYS)
-    if unknown:
-        raise UserError(f"unknown key {unknown[0]!r} in {where} [[claims]]: allowed keys are "
-                        f"{', '.join(sorted(CLAIM_KEYS))}")
-    text = raw.get("text", "?")
-    missing = [k for k in ("text", "metric", "run", "kind") if k not in raw]
-    if missing:
-        raise UserError(f"{where}: claim {text!r} lacks {', '.join(missing)}")
-
-    def bad(msg: str) -> UserError:
-        return UserError(f"{where}: claim {text!r}: {msg}")
-
-    kind, paper, op = raw["kind"], raw.get("paper_value"), raw.get("op", ">=")
-    if kind not in KINDS:
-        raise bad(f"kind = {kind!r}: choose one of {', '.join(KINDS)}")
-    if "op" in raw and kind != "value":
-        raise bad("op applies to value claims only")
-    if "effect" in raw and kind != "trend":
-        raise bad("effect applies to trend claims only")
-    direction = raw.get("direction")
-    baseline = raw.get("baseline")
-    effect = raw.get("effect", "value")
-    if kind == "value":
-        if op not in OPS:
-            raise bad(f"op = {op!r}: choose one of {', '.join(OPS)}")
-        if op == "between":
-            if not (isinstance(paper, list) and len(paper) == 2 and all(map(_number, paper)) and paper[0] < paper[1]):
-                raise bad("op = \"between\" needs paper_value = [low, high] with low < high")
-            paper = (float(paper[0]), float(paper[1]))
-        elif not _number(paper):
-            raise bad("a value claim needs a finite number paper_value")
-        if direction is not None or baseline is not None:
-            raise bad("a value claim has no direction or baseline: it compares the run with paper_value")
-    elif kind in PAIR_KINDS:
-        baseline = baseline or default_baseline
-        if paper is not None and not _number(paper):
-            raise bad("paper_value must be a finite number")
-        if direction not in (None, "lower", "higher"):
-            raise bad(f"direction = {direction!r}: choose lower or higher (the run's metric against the baseline's)")
-        if paper is not None and direction is not None and \
-                (direction == "lower") != (paper > NEUTRAL[kind]):
-            raise bad(f"direction = {direction!r} contradicts paper_value = {paper}")
-        if paper is not None and paper == NEUTRAL[kind]:
-            raise bad(f"paper_value = {paper} is no effect: give the paper's figure or a direction")
-    else:
-        if direction not in TRENDS:
-            raise bad(f"a trend claim needs direction = one of {', '.join(TRENDS)}")
-        if paper is not None:
-            raise bad("a trend claim takes no paper_value (it checks a direction)")
-        if effect not in ("value",) + PAIR_KINDS:
-            raise bad(f"effect = {effect!r}: choose value, {', '.join(PAIR_KINDS)}")
-        if (effect == "value") != (baseline is None):
-            raise bad("a trend against a baseline needs effect = reduction, ratio or difference; without a "
-                      "baseline, leave effect out")
-    margin = raw.get("margin")
-    if margin is not None and (kind not in PAIR_KINDS or paper is not None or direction is None
-                               or not _number(margin) or margin < 0):
-        raise bad("margin (a number >= 0) applies to a reduction, ratio or difference claim with a direction and "
-                  "no paper_value")
-    seeds = raw.get("seeds")
-    if seeds is not None and not (isinstance(seeds, list) and seeds and
-                                  all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)):
-        raise bad("seeds must be a non-empty list of integers, e.g. seeds = [0, 1, 2]")
-    targets, rule = raw.get("targets"), raw.get("rule")
-    if (targets is not None or rule is not None) and raw["metric"] not in TARGET_METRICS:
-        raise bad(f"targets and rule apply to {', '.join(TARGET_METRICS)} only")
-    if rule is not None and rule not in RULES:
-        raise bad(f"rule = {rule!r}: choose one of {', '.join(RULES)}")
-    if targets is not None and (rule == "stopping" or not isinstance(targets, list) or not targets
-                                or not all(map(_number, targets))):
-        raise bad("targets must be a non-empty list of numbers (and the stopping rule takes none)")
-    for key in ("text", "metric", "run"):
-        if not isinstance(raw[key], str) or not raw[key]:
-            raise bad(f"{key} must be a non-empty string")
-    return Claim(raw["text"], raw["metric"], raw["run"], kind, baseline,
-                 float(paper) if _number(paper) else paper, op, direction, effect,
-                 tuple(seeds) if seeds else None, tuple(float(t) for t in targets) if targets else None, rule,
-                 raw.get("figure"), float(margin) if margin is not None else None)
-
-
-# ------------------------------------------------------------------------------------------ evaluation
+"""A claim holds when its interval reaches the paper's figure within 1 - HOLDS_SHARE (10%)."""
 
 
 @dataclass(frozen=True)
@@ -209,16 +56,6 @@ class Result:
 def _per_seed(samples: pd.DataFrame) -> pd.DataFrame:
     """One row per seed (duplicate runs of a seed averaged): index seed, columns lo, hi, resolution."""
     return samples.groupby("seed").agg(lo=("lo", "mean"), hi=("hi", "mean"), resolution=("resolution", "mean"))
-
-
-def pair_effect(kind: str, r_lo, r_hi, b_lo, b_hi) -> tuple:
-    """The effect's interval per seed from the run's and the baseline's intervals (monotone in each side)."""
-    with np.errstate(all="ignore"):
-        if kind == "reduction":
-            return 1 - r_hi / b_lo, 1 - r_lo / b_hi
-        if kind == "ratio":
-            return b_lo / r_hi, b_hi / r_lo
-        return b_lo - r_hi, b_hi - r_lo
 
 
 def decide(iv: Interval, claim: Claim, lo_open: bool, hi_open: bool, resolved: bool) -> str:

@@ -3,7 +3,8 @@
 A seed's value is an interval [lo, hi]: equal ends when it was measured, one infinite end when a run never got
 there (a time to target is then only known to exceed the run's budget). The mean's interval is the bootstrap of
 the lower ends' mean for its low end and of the upper ends' mean for its high end, over the same resamples, so
-with exact values it is the ordinary percentile bootstrap of the mean.
+with exact values it is the ordinary percentile bootstrap of the mean. ``pair_effect`` turns a run's and a
+baseline's per-seed intervals into the interval of their effect (a reduction, a ratio, a difference).
 """
 
 from __future__ import annotations
@@ -81,3 +82,13 @@ def mean_interval(lo, hi) -> Interval:
     m_lo, ci_lo, _ = bootstrap_ci(lo)
     m_hi, _, ci_hi = bootstrap_ci(hi)
     return Interval(m_lo, m_hi, ci_lo, ci_hi, int(lo.size))
+
+
+def pair_effect(kind: str, r_lo, r_hi, b_lo, b_hi) -> tuple:
+    """The effect's interval per seed from the run's and the baseline's intervals (monotone in each side)."""
+    with np.errstate(all="ignore"):
+        if kind == "reduction":
+            return 1 - r_hi / b_lo, 1 - r_lo / b_hi
+        if kind == "ratio":
+            return b_lo / r_hi, b_hi / r_lo
+        return b_lo - r_hi, b_hi - r_lo

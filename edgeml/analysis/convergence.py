@@ -13,7 +13,8 @@ rises back above 1.0 has not reached 0.9. The rules (``Target.rule``):
   the last ``window`` losses is below the threshold, exactly as the monitor decides it.
 
 A run that never got there is **censored**: its time, steps and bytes are known only to exceed what the run
-spent (its duration, its total steps and bytes), and a ``Reach`` says so instead of inventing a number.
+spent (its duration, its total steps and bytes), and a ``Reach`` says so instead of inventing a number
+(``reach_run`` reads both from a run directory).
 Resolution: a time to target is quantised to the evaluation interval, so differences below one interval are
 not measured.
 """
@@ -27,6 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from edgeml.rundir import Run
+
 RULES = ("stays", "smoothed", "first", "stopping")
 SMOOTH_WINDOW = 5
 UNITS = {"time": "s", "steps": "steps", "bytes": "bytes", "ingress": "bytes", "iterations": "iterations",
@@ -36,6 +39,9 @@ COLUMNS = {"time": "time_s", "steps": "total_steps", "bytes": "total_bytes", "in
 """Quantities spent until a target: time, steps, bytes sent by every node, bytes into the parameter server
 (adacomp.txt's ingress traffic), the algorithm's ``iterations`` counter, and the communication cost in
 byte-hops (snap.txt Sec. II-B); NaN without the column."""
+TARGET_METRICS = ("time_to_target", "steps_to_target", "bytes_to_target", "ingress_to_target",
+                  "iterations_to_target", "cost_to_target")
+"""The metrics measured until a target, one per quantity of ``COLUMNS`` (claims and tables name them)."""
 
 
 @dataclass(frozen=True)
@@ -144,3 +150,14 @@ def reach(evals: pd.DataFrame, target: Target, end: dict, stop: tuple[float, int
         return Reach({q: float(end.get(q, math.nan)) for q in COLUMNS}, True, res)
     row = rows.iloc[i]
     return Reach({q: float(row.get(col, math.nan)) for q, col in COLUMNS.items()}, False, res)
+
+
+def reach_run(run: Run, target: Target) -> Reach:
+    """Where a run reaches ``target``; censored at what the run spent (its summary), the stopping rule read from
+    the run's own config."""
+    s, stop = run.summary, run.config.get("stop", {})
+    return reach(run.evals, target, {"time": s["duration_s"], "steps": s["total_steps"], "bytes": s["total_bytes"],
+                                     "ingress": s["ps_ingress_bytes"],
+                                     "iterations": (s.get("counts") or {}).get("iterations", math.nan),
+                                     "cost": s.get("total_byte_hops", math.nan)},
+                 (float(stop.get("loss_variance") or 0.0), int(stop.get("window") or 0)))

@@ -2,7 +2,7 @@
 
 ``write_figures`` draws the convergence curves (against time, steps and bytes), the convergence bars, the time
 breakdown and the throughput for any set of runs; the figures of the series the runs wrote
-(``series/<name>.csv``), chosen from ``edgeml.plots.SERIES_FIGURES``; and, for an experiment's figure group,
+(``series/<name>.csv``), chosen from ``edgeml.analysis.plots.SERIES_FIGURES``; and, for an experiment's figure group,
 metrics against a setting or a measured quantity. Each figure comes with a caption saying what is measured
 (test loss on how many samples, how often) and, for a reproduction, which of the paper's figures it
 reproduces. Colour means the method (the algorithm) and line style the setting: the config keys in which runs
@@ -20,9 +20,10 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from edgeml.convergence import Target
-from edgeml.report import (NODES_NEEDED, QUANTITIES, Comparison, Run, claim_samples, compare, flat_config,
-                           fmt_value)
+from edgeml.analysis import plots
+from edgeml.analysis.compare import QUANTITIES, Comparison, claim_samples, compare
+from edgeml.analysis.convergence import Target
+from edgeml.rundir import NODES, NODES_NEEDED, SERIES, Run, flat_config, fmt_value
 
 
 def context(runs: list[Run]) -> str:
@@ -65,15 +66,13 @@ def group_settings(runs: list[Run]) -> dict[str, str]:
 def figure_tables(runs: list[Run]) -> dict[str, pd.DataFrame]:
     """The tidy tables the figures are drawn from: ``evals``, ``nodes`` and one per series the runs wrote.
     Every row names its run, method (colour), setting (line style) and seed."""
-    from edgeml.plots import SERIES_FIGURES
-
     evals, nodes, series = [], [], {}
     settings = group_settings(runs)
     for r in runs:
         tag = {"run": r.label, "method": r.method, "setting": settings[str(r.path)], "seed": r.seed}
         ingress = r.evals["ps_ingress_bytes"] if "ps_ingress_bytes" in r.evals else 0.0
         evals.append(r.evals.assign(total_mb=r.evals["total_bytes"] / 1e6, ingress_mb=ingress / 1e6, **tag))
-        n = r.table("nodes.csv", NODES_NEEDED)
+        n = r.table(NODES, NODES_NEEDED)
         w = n[n["role"] == "worker"].copy()
         factors = r.meta().get("step_factors") or []
         w["worker"] = [f"{int(i)}\n×{factors[int(i)]:.3g}" if int(i) < len(factors) else str(int(i))
@@ -82,8 +81,8 @@ def figure_tables(runs: list[Run]) -> dict[str, pd.DataFrame]:
         for src, part in (("compute_s", "computation"), ("comm_s", "communication"), ("wait_s", "waiting")):
             w[part] = 100 * w[src] / alive
         nodes.append(w[["worker", "index", "computation", "communication", "waiting"]].assign(**tag))
-        for name, spec in SERIES_FIGURES.items():
-            df = r.table(f"series/{name}.csv", spec.columns, required=False)
+        for name, spec in plots.SERIES_FIGURES.items():
+            df = r.table(f"{SERIES}/{name}.csv", spec.columns, required=False)
             if df is not None:
                 series.setdefault(name, []).append(df.assign(**tag))
 
@@ -106,9 +105,7 @@ STANDARD_PANELS = ("convergence_time", "convergence_steps", "convergence_bytes",
 
 
 def panel_names() -> tuple[str, ...]:
-    from edgeml.plots import SERIES_FIGURES
-
-    return STANDARD_PANELS + tuple(SERIES_FIGURES)
+    return STANDARD_PANELS + tuple(plots.SERIES_FIGURES)
 
 
 def axis_label(metric: str, target: Target) -> str:
@@ -147,8 +144,6 @@ def write_figures(runs: list[Run], out: Path, cmp: Comparison | None = None, pan
     """Draw the figures the runs have data for (or the ``panels`` named), plus one figure per ``against``
     entry ({"x": key or metric, "y": [metrics]}); write PNG and PDF; return them with their captions. A
     ``cite`` (the paper's figure these runs reproduce) opens the captions of the paper's panels."""
-    from edgeml import plots
-
     cmp = cmp or compare(runs)
     tables = figure_tables(runs)
     ctx, measured = context(runs), measured_text(runs)

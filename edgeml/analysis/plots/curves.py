@@ -1,0 +1,121 @@
+"""Curves: test accuracy and loss against time, steps or bytes, and communication cost against iterations; a
+line per run with a 95% bootstrap band over its seeds."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from edgeml.analysis.plots.style import GRID_POINTS, X_AXES, X_NAMES, Styles, _figure, _title
+from edgeml.analysis.stats import bootstrap_band
+
+
+def _curve_on_grid(g: pd.DataFrame, x: str, y: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Mean curve of a run's seeds and its 95% bootstrap band on one x grid (one seed: its points, no band).
+
+    Seeds evaluate at different step and byte counts (and procs at jittered times); the grid ends where the
+    shortest seed ends, so the band never mixes in seeds that have stopped."""
+    g = g.dropna(subset=[y])
+    if g["seed"].nunique() < 2:
+        g = g.sort_values(x)
+        return g[x].to_numpy(float), g[y].to_numpy(float), None
+    grid = np.linspace(0, g.groupby("seed")[x].max().min(), GRID_POINTS)
+    curves = np.array([np.interp(grid, s[x].to_numpy(float), s[y].to_numpy(float))
+                       for _, s in (g.sort_values(x).groupby("seed"))])
+    lo, hi = bootstrap_band(curves)
+    return grid, curves.mean(axis=0), np.vstack([lo, hi])
+
+
+def convergence(evals: pd.DataFrame, x: str = "time_s", context: str = "") -> Figure:
+    """Test accuracy and loss against ``x`` (time_s, total_steps, total_mb or ingress_mb): a line per run, colour and
+    marker by method, line style by setting, a 95% band over seeds."""
+    st = Styles.of(evals)
+    fig, axes = _figure(1, 2, 11, 4.6)
+    for _, g in evals.groupby("run", sort=False):
+        method, setting = g["method"].iloc[0], g["setting"].iloc[0]
+        m = st.methods.index(method)
+        for ax, y in zip(axes, ("accuracy", "loss")):
+            xs, ys, band = _curve_on_grid(g, x, y)
+            if xs.size == 0:
+                continue
+            every = max(1, xs.size // 8)
+            # markers offset per method: two methods with one curve show both markers
+            ax.plot(xs, ys, color=st.colour[method], ls=st.dash[setting], lw=1.5, marker=st.marker[method],
+                    ms=5, markevery=(min(xs.size - 1, m * every // max(1, len(st.methods))), every), alpha=0.9)
+            if band is not None:
+                ax.fill_between(xs, band[0], band[1], color=st.colour[method], alpha=0.15, lw=0)
+    ends = pd.to_numeric(evals.groupby("run")[x].max(), errors="coerce")
+    ends = ends[ends > 0]
+    # runs that end an order of magnitude apart (compressed volumes; a baseline given 10x the budget) would squeeze
+    # the short ones against the axis: a log scale, linear near 0 where every run starts
+    log = len(ends) > 1 and ends.max() >= 10 * ends.min()
+    for ax, (_, label) in zip(axes, (("accuracy", "test accuracy"), ("loss", "test loss"))):
+        if log:
+            ax.set_xscale("symlog", linthresh=10.0 ** math.floor(math.log10(ends.min() / 100)), linscale=0.5)
+        ax.set_xlabel(X_AXES[x] + (" (log scale)" if log else ""))
+        ax.set_ylabel(label)
+        ax.set_title(f"{label} vs {X_NAMES[x]}")
+    axes[0].set_ylim(0, 1)
+    losses = pd.to_numeric(evals.get("loss", pd.Series(dtype=float)), errors="coerce")
+    losses = losses[np.isfinite(losses) & (losses > 0)]
+    if len(losses) and losses.max() > 30 * losses.median():  # a diverging run would flatten every other curve
+        axes[1].set_yscale("log")
+        axes[1].set_ylabel("test loss (log scale)")
+    st.legend(fig)
+    _title(fig, f"Test accuracy and loss of the global model against {X_NAMES[x]}", context)
+    return fig
+
+
+def cost_per_iteration(evals: pd.DataFrame, context: str = "") -> Figure:
+    """Communication cost (bytes x hops, snap.txt Sec. II-B) per iteration and in total against iterations (the
+    ``iterations`` counter): a line per run, a 95% band over seeds. Per iteration is the cost between two
+    evaluations over the iterations between them, the evaluations taken at least a fiftieth of the run's
+    iterations apart: the counter and the bytes are read at slightly different moments (in procs, of different
+    processes), and over one or two iterations that alone makes the ratio zig-zag."""
+    st = Styles.of(evals)
+    fig, axes = _figure(1, 2, 11, 4.6)
+    parts = []
+    for _, s in evals.sort_values("time_s").groupby(["run", "seed"], sort=False):
+        s = s.drop_duplicates("iterations", keep="last")
+        s = s[_spaced(s["iterations"].to_numpy(), max(1.0, s["iterations"].max() / 50))]
+        per = s["total_byte_hops"].diff() / s["iterations"].diff()
+        parts.append(s.assign(per_iteration_mb=per / 1e6, cost_mb=s["total_byte_hops"] / 1e6))
+    data = pd.concat(parts, ignore_index=True) if parts else evals
+    for _, g in data.groupby("run", sort=False):
+        method, setting = g["method"].iloc[0], g["setting"].iloc[0]
+        for ax, y in zip(axes, ("per_iteration_mb", "cost_mb")):
+            xs, ys, band = _curve_on_grid(g, "iterations", y)
+            if xs.size == 0:
+                continue
+            ax.plot(xs, ys, color=st.colour[method], ls=st.dash[setting], lw=1.5, marker=st.marker[method], ms=4,
+                    markevery=max(1, xs.size // 8), alpha=0.9)
+            if band is not None:
+                ax.fill_between(xs, band[0], band[1], color=st.colour[method], alpha=0.15, lw=0)
+    for ax, label in zip(axes, ("cost per iteration (MB x hops)", "total cost (MB x hops)")):
+        ax.set_xlabel("iterations")
+        ax.set_ylabel(label)
+        ax.set_ylim(bottom=0)
+    axes[0].set_title("communication per iteration")
+    axes[1].set_title("total communication")
+    st.legend(fig)
+    _title(fig, "Communication cost against iterations", context)
+    return fig
+
+
+def _spaced(x: np.ndarray, gap: float) -> np.ndarray:
+    """A mask keeping the first of increasing values ``x`` and then each one at least ``gap`` past the last kept;
+    the last value replaces the last kept one where it falls short of the gap (the end of a run is kept)."""
+    keep = np.zeros(len(x), dtype=bool)
+    last = -math.inf
+    for i, v in enumerate(x):
+        if v >= last + gap:
+            keep[i], last = True, v
+    if len(x) and not keep[-1]:
+        kept = np.flatnonzero(keep)
+        if len(kept) > 1:
+            keep[kept[-1]] = False
+        keep[-1] = True
+    return keep

@@ -1,0 +1,104 @@
+"""What every figure shares: matplotlib's backend, the axis names, colours, markers, line styles and sizes, the
+figure and its wrapped title, and ``Styles``, the colour and marker per method and line style per setting of
+one figure. The helpers are the figure modules' own (underscored); the figures themselves are the package's."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from dataclasses import dataclass
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+
+X_AXES = {"time_s": "training time (s)", "total_steps": "total steps over all workers",
+          "total_mb": "bytes sent by all nodes (MB)", "ingress_mb": "bytes into the parameter server (MB)",
+          "iterations": "iterations"}
+X_NAMES = {"time_s": "training time", "total_steps": "total steps", "total_mb": "bytes sent",
+           "ingress_mb": "ingress at the parameter server", "iterations": "iterations"}
+PARTS = {"computation": "#4C72B0", "communication": "#DD8452", "waiting": "#C44E52"}
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+HATCHES = ("", "//", "..", "xx", "\\\\", "++")
+"""Bar fills that tell apart runs of one method (one colour) in the same panel."""
+DASHES = ("-", "--", ":", "-.", (0, (6, 2, 1, 2, 1, 2)), (0, (10, 3)), (0, (1, 3)), (0, (4, 1, 4, 4)))
+GRID_POINTS = 80
+MAX_WIDTH = 14.0     # inches; at 150 dpi a figure is at most 2100 px wide
+MAX_TICK_LABELS = 12  # per axis: more worker labels are thinned out
+
+
+def _spans(mid, lo, hi) -> np.ndarray:
+    """Error-bar lengths [below, above] around ``mid`` for an interval [lo, hi] (scalars or arrays): clipped at 0,
+    because a mean of equal values can land an ulp outside their range and matplotlib refuses negative lengths."""
+    mid, lo, hi = (np.atleast_1d(np.asarray(v, dtype=float)) for v in (mid, lo, hi))
+    return np.clip(np.vstack([mid - lo, hi - mid]), 0.0, None)
+
+
+def _figure(nrows: int, ncols: int, width: float, height: float) -> tuple[Figure, list]:
+    # A bare Figure (no pyplot) leaves no global state behind, so many figures never pile up in memory.
+    with sns.axes_style("whitegrid"), sns.plotting_context("notebook", font_scale=0.85):
+        fig = Figure(figsize=(min(width, MAX_WIDTH), height), layout="constrained")
+        axes = fig.subplots(nrows, ncols, squeeze=False).ravel().tolist()
+    return fig, axes
+
+
+def _title(fig: Figure, text: str, context: str) -> None:
+    width = max(40, int(fig.get_figwidth() * 11))  # characters that fit at this font size
+    lines = textwrap.wrap(text, width) + (textwrap.wrap(context, width) if context else [])
+    fig.suptitle("\n".join(lines), fontsize=11)
+
+
+def _wrap(text: str, width: int = 18) -> str:
+    """A tick label on several lines: one per part of a setting, long parts folded at word boundaries."""
+    return "\n".join(textwrap.fill(part, width, break_long_words=False) for part in text.split(", "))
+
+
+def _order(df: pd.DataFrame, col: str) -> list:
+    return list(dict.fromkeys(df[col])) if col in df else []
+
+
+@dataclass
+class Styles:
+    """Colour and marker per method, line style per setting, shared by every panel of one figure."""
+
+    methods: list[str]
+    settings: list[str]
+
+    def __post_init__(self):
+        palette = sns.color_palette("tab10" if len(self.methods) <= 10 else "husl", len(self.methods))
+        self.colour = dict(zip(self.methods, palette))
+        self.marker = {m: MARKERS[i % len(MARKERS)] for i, m in enumerate(self.methods)}
+        self.dash = {s: DASHES[i % len(DASHES)] for i, s in enumerate(self.settings)}
+        # settings that all set the same keys are named by their values, the keys titling the legend or axis
+        pairs = {s: [p.split("=", 1) for p in s.split(",")] if s else [] for s in self.settings}
+        keys = {tuple(k for k, _ in kv) for s, kv in pairs.items() if s}
+        same = len(keys) == 1 and all(pairs[s] for s in self.settings)
+        self.setting_title = ", ".join(next(iter(keys))) if same else "setting"
+        self.setting_names = {s: ", ".join(v for _, v in pairs[s]) if same else s.replace(",", ", ") or "-"
+                              for s in self.settings}
+
+    @classmethod
+    def of(cls, df: pd.DataFrame) -> "Styles":
+        return cls(_order(df, "method"), _order(df, "setting"))
+
+    def legend(self, fig: Figure, lines: bool = True) -> None:
+        """Methods (colour and marker) and, when several, settings (line style), below the panels."""
+        handles = [Line2D([], [], color=self.colour[m], marker=self.marker[m], lw=1.6 if lines else 0, ms=6)
+                   for m in self.methods]
+        labels = list(self.methods)
+        title = "method"
+        if len(self.settings) > 1 and lines:
+            handles += [Line2D([], [], color="0.35", ls=self.dash[s], lw=1.6) for s in self.settings]
+            labels += [self.setting_names[s] for s in self.settings]
+            title = f"method; {self.setting_title}"
+        width = max(map(len, labels)) + 6
+        ncols = max(1, min(len(labels), int(fig.get_figwidth() * 11) // width))
+        # grow the figure by the legend's height, so that many entries never squeeze it into the panels
+        fig.set_figheight(fig.get_figheight() + 0.24 * (math.ceil(len(labels) / ncols) + 1))
+        fig.legend(handles, labels, title=title, loc="outside lower center", ncols=ncols, frameon=False)

@@ -1,0 +1,120 @@
+"""Paper reproductions: ``edgeml reproduce PAPER`` runs an experiment file and writes ``results/<paper>/``.
+
+Output (``results/<paper>/quick/`` with ``--quick``): ``experiment.toml`` (the file used), ``runs/``,
+``compare.csv``, ``compare_runs.csv``, ``compare_reach.csv``, ``compare.md``, ``figures/`` (PNG and PDF, one
+folder per figure group) and ``REPORT.md``: the verdicts, then one section per figure group with the paper's
+statements, what was measured, the verdicts and the figures. Finished runs are never deleted without
+``--force``; a run that fails is recorded (its reason in REPORT.md) and the others go on.
+
+The steps, one module each: ``load`` reads the experiment file into typed dataclasses, ``plan`` turns it into
+planned runs (pure), ``execute`` runs or keeps them, ``render`` writes the tables (``edgeml.analysis.compare``),
+figures (``edgeml.analysis.figures``), verdicts (``edgeml.analysis.verdicts``) and REPORT.md from the finished
+runs alone.
+
+Experiment file ``experiments/<paper>.toml``::
+
+    [experiment]
+    paper = "baselines"          # results go to results/<paper>/ (default: the file name)
+    title = "..."
+    description = "..."          # one paragraph for REPORT.md
+    seeds = [0, 1, 2]            # every run is repeated per seed (run.seed), unless the run names its own
+    quick_seeds = [0, 1]         # optional: with --quick, each run's seeds among these
+    baseline = "bsp"             # run name speedups are measured against
+    target_loss = [0.9, 1.0]     # or target_accuracy: the targets of the time-to-target tables (the first is
+                                 # the headline); neither: automatic (the runs' stop target, else 95% of the
+                                 # weakest run's best accuracy)
+    rule = "stays"               # convergence rule (edgeml.analysis.convergence): stays, smoothed, first, stopping
+    differences = "..."          # where settings differ from the paper and why
+    ci = true                    # false keeps the experiment out of scripts/reproduce_quick.sh
+
+    [settings]                   # config layers shared by all runs: the sections of a run config
+    data = { dataset = "fashion-mnist" }
+    [quick]                      # layers merged over [settings] and each run's config with --quick
+    data = { dataset = "digits" }
+
+    [[figures]]                  # optional: a figure group's panels and what the paper says about them
+    id = "fig5"                  # runs join it with figure = "fig5"; its files go to figures/fig5/
+    title = "Fig. 5: ADSP against Fixed ADACOMM at four heterogeneity degrees"
+    cite = "adsp.txt Fig. 5"     # the paper's figure; captions cite it and nothing else
+    text = "..."                 # optional: what the paper's figure shows, for REPORT.md
+    panels = ["bars", "convergence_time"]   # optional: the panels to draw (default: every one with data)
+    against = [{ x = "cluster.hetero", y = ["time_to_target"] }]   # optional: metrics against a swept
+                                 # setting (or against a measured quantity), per method with intervals
+
+    [[runs]]
+    name = "ssp"                 # unique; defaults to algorithm
+    algorithm = "ssp"
+    config = { ssp = { staleness = 3 } }     # optional layers for this run
+    quick = { stop = { max_time = 5 } }      # optional layers for this run with --quick
+    sweep = { "cluster.hetero" = ["H=1", "H=2"] }   # optional: one run per value (product over keys),
+                                 # named "ssp[cluster.hetero=H=2]"
+    quick_sweep = { "cluster.hetero" = ["H=1"] }     # optional: the sweep with --quick (default: sweep)
+    seeds = [0]                  # optional: this run's seeds instead of the experiment's
+    figure = "fig5"              # optional: the figure group(s) it is drawn in (an id, a list of ids, or a
+                                 # title of its own: "Fig. 2: SSP" draws every panel in figures/fig-2/)
+
+    [[claims]]                   # see edgeml.analysis.claims (kinds, fields) and .verdicts
+    text = "ADSP converges 80% faster than BSP (Fig. 4b)"
+    metric = "time_to_target"
+    run = "adsp"
+    baseline = "bsp"
+    kind = "reduction"
+    paper_value = 0.80
+    seeds = [0, 1, 2]            # optional: the seeds it is decided on (default: all the runs share)
+    targets = [0.9, 1.0]         # optional: check it at these targets (default: the headline target)
+
+Layers merge in this order, later winning key by key: settings, run config, quick, run quick, sweep values,
+then ``run.algorithm``/``run.seed`` (and ``--backend``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+from edgeml.analysis.tables import wide_console
+from edgeml.errors import RunFailed, UserError
+# the steps as modules: their main functions share the modules' names (plan.plan, execute.execute...)
+from edgeml.reproduce import execute, load, plan, render
+
+
+def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: list[int] | None = None,
+              backend: str | None = None, console: Console | None = None, command_line: str = "",
+              resume: bool = False, only: str | None = None, force: bool = False) -> Path:
+    """Run every run of an experiment; write the tables, the figures and REPORT.md; return the output folder.
+
+    With ``resume``, a run whose directory already holds a finished run of the same configuration is kept
+    rather than run again. With ``only`` (a glob on run names), only the matching runs are run; the others are
+    kept where they already finished and left out where they did not. A finished run is deleted (to run it
+    again) only with ``force``. A run that fails is recorded in REPORT.md and the others go on; the call then
+    raises RunFailed after writing everything, so that scripts notice."""
+    from edgeml.config import check_out
+
+    console = console or wide_console(stderr=True)
+    exp = load.load_experiment(paper)
+    planned = plan.plan(exp, quick, seeds, backend)
+    selected = _selected(only, planned, exp.paper)
+    out = Path(out) if out else Path("results") / exp.paper / ("quick" if quick else "")
+    check_out(out, "--out")
+    work = execute.plan_work(planned, selected, out, quick, resume)
+    execute.prepare_out(exp, out, work, force, console)
+    with execute.progress_bar(console) as progress:
+        outcome = execute.execute(exp, work, selected, out, quick, progress)
+        command = command_line or f"edgeml reproduce {paper}" + (" --quick" if quick else "")
+        report = render.render(render.Report(exp, out, planned, outcome.done, outcome.failures, command, quick))
+    console.print(*(report.cmp.rich() if report.cmp else []), render.claims_table(exp, quick, report.results))
+    if outcome.failures:
+        raise RunFailed(f"{len(outcome.failures)} of {len(planned)} runs failed (reasons in {out / 'REPORT.md'}); "
+                           "the other runs, tables and figures are written")
+    return out
+
+
+def _selected(only: str | None, planned: list[plan.PlannedRun], paper: str) -> set[str]:
+    """``plan.select``'s run directories, refusing an ``--only`` that matches none."""
+    selected = plan.select(only, planned)
+    if not selected:
+        raise UserError(f"--only {only!r} matches no run of {paper}: choose among "
+                        f"{', '.join(dict.fromkeys(p.spec for p in planned))} (a swept entry's name picks all its "
+                        "points; 'NAME[setting=value]' one of them)")
+    return selected

@@ -1,0 +1,260 @@
+"""Experiment files (``experiments/<paper>.toml``, format in ``edgeml.reproduce``) read into typed dataclasses.
+
+Each table goes through the machinery run configs go through (``edgeml.schema``): its keys are the fields of
+a dataclass (an unknown key is refused with the allowed ones), values are coerced to the fields' types
+(``update_section``), and numbers must be finite and within the ranges declared beside their fields
+(``ranged``, ``check_fields``). What involves several tables (unique run names, figure groups that runs name,
+targets) is checked here too; what involves the runs' configurations is ``edgeml.reproduce.plan``'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import edgeml
+from edgeml.analysis.claims import Claim, parse_claim
+from edgeml.analysis.convergence import RULES, Target
+from edgeml.analysis.figures import panel_names
+from edgeml.errors import UserError
+from edgeml.schema import check_fields, ranged, update_section
+
+SEED = {"ge": 0, "le": 2**32 - 1}  # as run.seed: every seed of an experiment becomes one
+TOP_KEYS = {"experiment", "settings", "quick", "runs", "claims", "figures"}
+
+
+@dataclass
+class ExperimentSection:
+    """``[experiment]``: what the experiment is, its seeds, baseline and targets."""
+
+    paper: str = ""  # default: the file's name
+    title: str = ""  # default: the file's name
+    description: str = ""
+    seeds: list[int] = ranged(default_factory=lambda: [0], **SEED)
+    quick_seeds: list[int] | None = ranged(None, **SEED)
+    baseline: str = ""  # default: the first run
+    target_accuracy: float | list[float] | None = ranged(None, ge=0, le=1)
+    target_loss: float | list[float] | None = ranged(None, ge=0)
+    rule: Literal[RULES] = "stays"
+    differences: str = ""
+    ci: bool = True  # read by scripts/reproduce_quick.sh
+
+
+@dataclass
+class RunSpec:
+    """One ``[[runs]]`` entry: a method, its config layers, sweep, seeds and figure groups."""
+
+    name: str = ""  # default: the algorithm
+    algorithm: str = ""
+    config: dict = field(default_factory=dict)
+    quick: dict = field(default_factory=dict)
+    sweep: dict = field(default_factory=dict)
+    quick_sweep: dict = field(default_factory=dict)
+    figure: str | list[str] = field(default_factory=list)  # once loaded: the group ids ([""]: the default group)
+    seeds: list[int] | None = ranged(None, **SEED)
+
+
+@dataclass
+class Against:
+    """A panel of metrics ``y`` against ``x`` (a config key such as a swept setting, or a metric)."""
+
+    x: str = ""
+    y: list[str] = field(default_factory=list)
+
+
+@dataclass
+class FigureGroup:
+    id: str = ""
+    title: str = ""
+    cite: str = ""
+    text: str = ""
+    panels: list[str] | None = None
+    against: list[Against] = field(default_factory=list)
+
+    @property
+    def folder(self) -> str:
+        return re.sub(r"[^a-z0-9]+", "-", self.id.lower()).strip("-")
+
+
+@dataclass
+class Experiment:
+    source: Path
+    paper: str
+    title: str
+    description: str
+    seeds: list[int]
+    quick_seeds: list[int] | None
+    baseline: str
+    targets: list[Target] | None
+    differences: str
+    settings: dict
+    quick: dict
+    runs: list[RunSpec]
+    claims: list[Claim]
+    figures: dict[str, FigureGroup]
+
+
+def experiment_dirs() -> list[Path]:
+    return list(dict.fromkeys([Path.cwd() / "experiments", Path(edgeml.__file__).resolve().parents[1] / "experiments"]))
+
+
+def find_experiment(paper: str) -> Path:
+    if paper.endswith(".toml") and Path(paper).is_file():
+        return Path(paper)
+    for d in experiment_dirs():
+        if (d / f"{paper}.toml").is_file():
+            return d / f"{paper}.toml"
+    names = sorted({p.stem for d in experiment_dirs() if d.is_dir() for p in d.glob("*.toml")})
+    raise UserError(f"no experiment {paper!r}: choose one of {', '.join(names) or '(none)'} "
+                    f"(files in {' or '.join(str(d) for d in experiment_dirs())})")
+
+
+def _check_keys(where: str, table: Any, allowed: set[str]) -> dict:
+    if not isinstance(table, dict):
+        raise UserError(f"{where} must be a table: write it as [{where}] or {{ key = value }}")
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise UserError(f"unknown key {unknown[0]!r} in {where}: allowed keys are {', '.join(sorted(allowed))}")
+    return table
+
+
+def _keys(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def _typed(obj: Any, section: str, values: dict, where: str) -> Any:
+    """``obj`` with ``values`` set through the config machinery: types coerced, numbers finite and in range."""
+    try:
+        update_section(obj, section, values)
+        check_fields(section, obj)
+    except UserError as exc:
+        raise UserError(f"{where}: {exc}") from None
+    return obj
+
+
+def _seed_list(where: str, seeds: Any) -> list[int]:
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
+                                                           for s in seeds):
+        raise UserError(f"{where} must be a non-empty list of integers, e.g. seeds = [0, 1, 2]")
+    return seeds
+
+
+def _targets(where: str, e: ExperimentSection) -> list[Target] | None:
+    if e.target_accuracy is not None and e.target_loss is not None:
+        raise UserError(f"{where}: give target_accuracy or target_loss in [experiment], not both")
+    for metric in ("accuracy", "loss"):
+        values = getattr(e, f"target_{metric}")
+        if values is not None:
+            values = values if isinstance(values, list) else [values]
+            if not values or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                                     for v in values):
+                raise UserError(f"{where}: target_{metric} must be a number or a non-empty list of numbers")
+            return [Target(metric, float(v), e.rule) for v in values]
+    return [Target("loss", rule="stopping")] if e.rule == "stopping" else None
+
+
+def _experiment_section(path: Path, raw: Any) -> tuple[ExperimentSection, list[Target] | None]:
+    where = path.name
+    e = _check_keys(f"{where} [experiment]", raw, _keys(ExperimentSection))
+    for key in ("seeds", "quick_seeds"):
+        if key in e:
+            _seed_list(f"{path}: [experiment] {key}", e[key])
+    # the targets' own check (a number or a list of numbers) comes before their ranges: its message names the fix
+    section = _typed(ExperimentSection(), "experiment", {k: v for k, v in e.items() if not k.startswith("target_")},
+                     where)
+    section.target_accuracy, section.target_loss = e.get("target_accuracy"), e.get("target_loss")
+    targets = _targets(where, section)
+    return _typed(section, "experiment", {}, where), targets
+
+
+def _run_spec(path: Path, raw: Any) -> RunSpec:
+    where = path.name
+    r = _check_keys(f"{where} [[runs]]", raw, _keys(RunSpec))
+    if "algorithm" not in r:
+        raise UserError(f"{path}: a [[runs]] entry has no algorithm: add algorithm = \"...\"")
+    name = r.get("name", r["algorithm"])
+    if "seeds" in r:
+        _seed_list(f"{where}: run {name!r}: seeds", r["seeds"])
+    for key in ("config", "quick", "sweep", "quick_sweep"):
+        if not isinstance(r.get(key, {}), dict):
+            raise UserError(f"{where}: run {name!r}: {key} must be a table: write {key} = {{ ... }}")
+    spec = _typed(RunSpec(), f"runs[{name}]", {**r, "name": name}, where)
+    refs = [spec.figure] if isinstance(spec.figure, str) else spec.figure
+    if not isinstance(refs, list) or not all(isinstance(x, str) and x for x in refs):
+        raise UserError(f"{where}: run {name!r}: figure must be a figure id or a list of ids")
+    spec.figure = refs
+    return spec
+
+
+def _against(where: str, figure: str, raw: Any) -> Against:
+    a = _check_keys(f"{where} figure {figure!r} against", raw, _keys(Against))
+    if not isinstance(a.get("x"), str) or not isinstance(a.get("y"), list) or not a["y"]:
+        raise UserError(f"{where}: figure {figure!r}: write against = [{{ x = \"section.key\" or a metric, "
+                        f"y = [\"time_to_target\", ...] }}]")
+    return _typed(Against(), f"figures[{figure}].against", a, where)
+
+
+def _figure_group(where: str, raw: dict, known: set[str]) -> FigureGroup:
+    f = _check_keys(f"{where} [[figures]]", raw, _keys(FigureGroup))
+    if not isinstance(f.get("id"), str) or not f["id"] or not isinstance(f.get("title"), str):
+        raise UserError(f"{where}: every [[figures]] entry needs id = \"...\" and title = \"...\"")
+    panels = f.get("panels")
+    if panels is not None:
+        bad = [p for p in panels if p not in known] if isinstance(panels, list) else [panels]
+        if bad:
+            raise UserError(f"{where}: figure {f['id']!r}: unknown panel {bad[0]!r}: choose among "
+                            f"{', '.join(sorted(known))}")
+    against = f.get("against", [])
+    typed = [_against(where, f["id"], a) for a in (against if isinstance(against, list) else [None])]
+    g = _typed(FigureGroup(), f"figures[{f['id']}]", {k: v for k, v in f.items() if k != "against"}, where)
+    g.text, g.against = g.text.strip(), typed
+    return g
+
+
+def _figure_groups(where: str, doc: dict, runs: list[RunSpec]) -> dict[str, FigureGroup]:
+    """The ``[[figures]]`` groups, plus a group of every panel for each title a run names instead of an id."""
+    figures: dict[str, FigureGroup] = {}
+    for raw in doc.get("figures", []):
+        g = _figure_group(where, raw, set(panel_names()))
+        if g.id in figures:
+            raise UserError(f"{where}: two [[figures]] have id {g.id!r}: give each its own")
+        figures[g.id] = g
+    for r in runs:
+        for ref in r.figure:  # a title of its own: a group with every panel, in a folder named before the colon
+            figures.setdefault(ref, FigureGroup(re.sub(r"[^a-z0-9]+", "-", ref.split(":", 1)[0].lower()), ref))
+        r.figure = r.figure or [""]
+    unused = [g for g in figures if not any(g in r.figure for r in runs)]
+    if unused:
+        raise UserError(f"{where}: no run is drawn in figure {unused[0]!r}: add figure = {unused[0]!r} to its runs")
+    return figures
+
+
+def _run_specs(path: Path, doc: dict) -> list[RunSpec]:
+    runs = [_run_spec(path, r) for r in doc.get("runs", [])]
+    if not runs:
+        raise UserError(f"{path}: no [[runs]]: add at least one with name and algorithm")
+    names = [r.name for r in runs]
+    if len(set(names)) != len(names):
+        raise UserError(f"{path}: run names must be unique, got {', '.join(names)}: give each [[runs]] a name")
+    return runs
+
+
+def load_experiment(paper: str) -> Experiment:
+    """Read and check an experiment file (a paper's name in ``experiments/``, or a path)."""
+    from edgeml.config import read_toml
+
+    path = find_experiment(paper)
+    where = path.name
+    doc = _check_keys(where, read_toml(path), TOP_KEYS)
+    e, targets = _experiment_section(path, doc.get("experiment", {}))
+    runs = _run_specs(path, doc)
+    figures = _figure_groups(where, doc, runs)
+    baseline = e.baseline or runs[0].name
+    claims = [parse_claim(c, where, baseline) for c in doc.get("claims", [])]
+    return Experiment(path, e.paper or path.stem, e.title or path.stem, e.description, e.seeds, e.quick_seeds,
+                      baseline, targets, e.differences, doc.get("settings", {}), doc.get("quick", {}), runs, claims,
+                      figures)

@@ -1,0 +1,127 @@
+"""Planning: an experiment becomes its planned runs, one per (run, sweep point, seed), each with its merged
+config layers, validated up front (so a bad file fails before anything runs), and ``--only``'s selection of
+them. Nothing here runs or writes anything.
+
+Layers merge in this order, later winning key by key: settings, run config, quick, run quick, sweep values,
+then ``run.algorithm``/``run.seed`` (and ``--backend``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import itertools
+import re
+from dataclasses import dataclass, field
+
+from edgeml.analysis.compare import baseline_labels
+from edgeml.errors import UserError
+from edgeml.reproduce.load import Experiment, RunSpec
+from edgeml.rundir import fmt_value
+
+
+@dataclass
+class PlannedRun:
+    name: str
+    algorithm: str
+    seed: int
+    layers: dict
+    extra: dict = field(default_factory=dict)  # this run's own layers, for the report
+    figures: list[str] = field(default_factory=list)  # the figure groups it is drawn in ([""]: the default one)
+    spec: str = ""    # the [[runs]] entry it comes from (its name)
+    point: dict = field(default_factory=dict)  # its sweep values, {"section.key": value}
+
+    @property
+    def dirname(self) -> str:
+        return re.sub(r"[^\w.=+-]+", "_", self.name).strip("_") + f"-s{self.seed}"
+
+
+def sweep_points(spec: RunSpec, quick: bool = False) -> list[tuple[str, dict]]:
+    """(name, layer) per point of the run's sweep (its ``quick_sweep`` with ``quick``): the product over its keys."""
+    sweep = (spec.quick_sweep if quick else None) or spec.sweep or {}
+    for key, values in sweep.items():
+        if key.count(".") < 1 or not isinstance(values, list) or not values:
+            raise UserError(f"sweep key {key!r} of run {spec.name!r}: write \"section.key\" = [values, ...]")
+    points = []
+    for values in itertools.product(*sweep.values()):
+        layer: dict[str, dict] = {}
+        for key, v in zip(sweep, values):
+            section, name = key.split(".", 1)
+            layer.setdefault(section, {})[name] = v
+        tag = ",".join(f"{k}={fmt_value(v)}" for k, v in zip(sweep, values))
+        points.append((f"{spec.name}[{tag}]" if sweep else spec.name, layer))
+    return points
+
+
+def plan(exp: Experiment, quick: bool = False, seeds: list[int] | None = None,
+         backend: str | None = None) -> list[PlannedRun]:
+    """Every (run, sweep point, seed) of the experiment with its merged config layers, validated up front."""
+    planned = [p for spec in exp.runs for p in _plan_spec(exp, spec, quick, seeds, backend)]
+    _check_names(exp, planned)
+    return planned
+
+
+def _plan_spec(exp: Experiment, spec: RunSpec, quick: bool, seeds: list[int] | None,
+               backend: str | None) -> list[PlannedRun]:
+    from edgeml.config import build_config, merge
+
+    own = [spec.config] + ([spec.quick] if quick else [])
+    layers = [exp.settings, own[0]] + ([exp.quick, own[1]] if quick else [])
+    run_seeds = seeds or spec.seeds or exp.seeds
+    if quick and exp.quick_seeds and not seeds:  # fewer seeds, never more than the run's own
+        run_seeds = [s for s in exp.quick_seeds if s in run_seeds] or run_seeds[:1]
+    planned = []
+    for name, point in sweep_points(spec, quick):
+        for seed in run_seeds:
+            run = {"algorithm": spec.algorithm, "seed": seed, **({"backend": backend} if backend else {})}
+            flat = {f"{sec}.{k}": v for sec, kv in point.items() for k, v in kv.items()}
+            p = PlannedRun(name, spec.algorithm, seed, merge(*layers, point, {"run": run}), merge(*own, point),
+                           spec.figure, spec.name, flat)
+            try:
+                build_config(p.layers)
+            except UserError as exc:
+                raise UserError(f"{exp.source.name}, run {name!r}: {exc}") from None
+            planned.append(p)
+    return planned
+
+
+def _check_names(exp: Experiment, planned: list[PlannedRun]) -> None:
+    """The baseline and every claim name runs (or swept entries) the plan has, and figures the file has."""
+    labels = {p.name for p in planned}
+    # claims may name points of the full sweeps, which --quick may replace: they are then not measured
+    named = labels | {name for spec in exp.runs for name, _ in sweep_points(spec)}
+    specs = {s.name: s for s in exp.runs}
+    where = exp.source.name
+    try:
+        baseline_labels(sorted(labels), {p.name: p.algorithm for p in planned}, exp.baseline)
+    except UserError as exc:
+        raise UserError(f"{where}: {exc}") from None
+    for c in exp.claims:
+        if c.kind == "trend":
+            for name in filter(None, (c.run, c.baseline)):
+                if name not in specs or len(specs[name].sweep or {}) != 1:
+                    swept = ", ".join(s for s in specs if specs[s].sweep)
+                    raise UserError(f"{where}: trend claim {c.text!r} names {name!r}: name a [[runs]] entry "
+                                    f"with a sweep over one key ({swept})")
+        elif c.run not in named and c.run not in specs:
+            raise UserError(f"{where}: claim {c.text!r} names run {c.run!r}: choose one of {', '.join(sorted(labels))} "
+                            f"(or a swept [[runs]] name, to check it at every point)")
+        elif c.baseline and c.baseline not in named and (c.baseline not in specs or c.run in named) and \
+                not ("[" in c.run and c.baseline + c.run[c.run.index("["):] in named):  # the same point
+            points = sorted({p.name for p in planned if p.spec == c.baseline})
+            raise UserError(f"{where}: claim {c.text!r} has baseline {c.baseline!r}: "
+                            + (f"it is swept, name one of its points ({', '.join(points)})" if points else
+                               f"choose one of {', '.join(sorted(labels))}"))
+        if c.figure is not None and c.figure not in exp.figures:
+            raise UserError(f"{where}: claim {c.text!r} names figure {c.figure!r}: choose one of "
+                            f"{', '.join(exp.figures) or '(no [[figures]])'}")
+
+
+def select(only: str | None, planned: list[PlannedRun]) -> set[str]:
+    """The directory names of the runs ``--only`` picks (every run without it): a run's exact name (a swept point
+    such as ``sim-snap[cluster.workers=100]``, whose brackets a glob would read as a character class) is taken
+    literally; anything else is a glob on the run's name and on its swept entry's name."""
+    if not only:
+        return {p.dirname for p in planned}
+    if any(only in (p.name, p.spec) for p in planned):
+        return {p.dirname for p in planned if only in (p.name, p.spec)}
+    return {p.dirname for p in planned if fnmatch.fnmatchcase(p.name, only) or fnmatch.fnmatchcase(p.spec, only)}

@@ -1,0 +1,272 @@
+"""Rendering a reproduction from its finished runs: the comparison tables (``compare*.csv``, ``compare.md``), the
+figures of each figure group, the claims' verdicts and ``REPORT.md``. It reads the run directories only
+(``edgeml.analysis``), so the same runs render the same report wherever the folder lies; only the date in
+"How this was produced" is the day it renders (``today``).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass, field, replace
+from datetime import date, datetime, timezone
+from pathlib import Path
+
+from rich.markup import escape
+from rich.table import Table
+
+import edgeml
+from edgeml.analysis.claims import Claim
+from edgeml.analysis.compare import Comparison, baseline_labels, choose_targets, claim_samples, compare
+from edgeml.analysis.convergence import Target
+from edgeml.analysis.figures import FigureFile, write_figures
+from edgeml.analysis.tables import md_table
+from edgeml.analysis.verdicts import HOLDS_SHARE, Result, evaluate
+from edgeml.errors import UserError
+from edgeml.reproduce.load import Experiment
+from edgeml.reproduce.plan import PlannedRun
+from edgeml.rundir import Run, fmt_value, load_runs
+
+# The path below is the one committed reports were rendered with; the note must keep it (reports re-render
+# byte for byte), although the module now lives in edgeml/analysis/convergence.py.
+VERDICT_NOTE = (f"Each claim is decided on the mean over seeds with a 95% bootstrap interval (pairs by seed for "
+                f"comparisons; n = seeds). Measured effects: a reduction is 1 - run / baseline, a ratio baseline / "
+                f"run, a difference baseline - run (so an accuracy difference above 0 means the run is less accurate). "
+                f"*holds*: the interval lies on the paper's side and reaches the paper's "
+                f"figure within {1 - HOLDS_SHARE:.0%}; *weaker* / *stronger*: on the paper's side but entirely "
+                f"below / above it; *does not hold*: on the other side; *inconclusive*: the interval straddles no "
+                f"effect, or a run never reached the target so only a bound is known (\"holds (>= x)\" only when the "
+                f"bound alone proves it); *not resolved*: a time difference smaller than one evaluation interval "
+                f"(the resolution column). Times to a target are taken where the loss *stays* below it for the rest "
+                f"of the run (edgeml/convergence.py), unless a claim names another rule.")
+
+
+@dataclass
+class Report:
+    """What REPORT.md is written from."""
+
+    exp: Experiment
+    out: Path
+    planned: list[PlannedRun]
+    done: list[PlannedRun]  # the runs that finished (run now or kept): the tables cover these
+    failures: list[tuple[PlannedRun, str]]
+    command_line: str
+    quick: bool
+    runs: list[Run] = field(default_factory=list)  # the done runs' directories, loaded
+    cmp: Comparison | None = None
+    results: list[Result] = field(default_factory=list)
+    figures: dict[str, list[FigureFile]] = field(default_factory=dict)  # per figure group, in the file's order
+
+
+def today() -> date:
+    """The day a report is rendered (UTC), which "How this was produced" states."""
+    return datetime.now(timezone.utc).date()
+
+
+def render(report: Report) -> Report:
+    """Tables, figures, verdicts and REPORT.md in ``report.out`` from the done runs; returns ``report`` filled."""
+    out, exp = report.out, report.exp
+    # the old figures go only now: a reproduction stopped while it runs keeps its last report readable
+    shutil.rmtree(out / "figures", ignore_errors=True)
+    report.runs = load_runs([str(out / "runs" / p.dirname) for p in report.done]) if report.done else []
+    if report.runs:
+        report.cmp = compare(report.runs, exp.targets or choose_targets(report.runs), _baseline(exp, report.runs))
+        report.cmp.write(out)
+        report.figures = draw_figures(exp, out, report.done, report.runs, report.cmp)
+        report.results = check_claims(exp, report.runs, report.cmp, report.planned)
+    write_report(report)
+    return report
+
+
+def _baseline(exp: Experiment, runs: list[Run]) -> str | None:
+    """The experiment's baseline, or None where none of its runs finished (with --only, it may not have run
+    yet): the table then has no speedups."""
+    try:
+        baseline_labels([r.label for r in runs], {r.label: r.summary["algorithm"] for r in runs}, exp.baseline)
+    except UserError:
+        return None
+    return exp.baseline
+
+
+def draw_figures(exp: Experiment, out: Path, done: list[PlannedRun], runs: list[Run],
+                 cmp: Comparison) -> dict[str, list[FigureFile]]:
+    """Each figure group's figures in ``figures/<group>/``, groups in the file's order."""
+    figures = {}
+    for gid in dict.fromkeys(g for p in done for g in p.figures):
+        names = {p.name for p in done if gid in p.figures}
+        g = exp.figures.get(gid)
+        against = [{"x": a.x, "y": a.y} for a in g.against] if g else ()
+        figures[gid] = write_figures([r for r in runs if r.label in names], out / "figures" / (g.folder if g else ""),
+                                     cmp, g.panels if g else None, against, g.cite if g else "")
+    return figures
+
+
+# ------------------------------------------------------------------------------------------ claims
+
+
+def claim_targets(exp: Experiment, claim: Claim, cmp: Comparison) -> list[Target]:
+    if not claim.on_target:
+        return []
+    headline = (exp.targets or cmp.targets)[0]
+    rule = claim.rule or headline.rule
+    if rule == "stopping":
+        return [Target("loss", rule="stopping")]
+    values = claim.targets or ([headline.value] if headline.rule != "stopping" else [])
+    if not values:
+        raise UserError(f"{exp.source.name}: claim {claim.text!r} needs targets: the experiment's rule is the "
+                        "stopping rule, which has none")
+    return [Target(headline.metric, v, rule) for v in values]
+
+
+def check_claims(exp: Experiment, runs: list[Run], cmp: Comparison, planned: list[PlannedRun]) -> list[Result]:
+    """Every claim at each of its targets, on the samples of the runs that finished; each result names the
+    figure group it is reported in."""
+    targets = {c: claim_targets(exp, c, cmp) for c in exp.claims}
+    samples = claim_samples(runs, cmp.per_run, [c.metric for c in exp.claims],
+                            list(dict.fromkeys(t for ts in targets.values() for t in ts)))
+    return [replace(r, figure=claim_figure(c, planned))
+            for c in exp.claims for t in targets[c] or [None] for r in evaluate(c, samples, t.short if t else "")]
+
+
+def claim_figure(claim: Claim, planned: list[PlannedRun]) -> str:
+    """The figure group a claim is reported in: its own ``figure``, else its run's first group."""
+    if claim.figure is not None:
+        return claim.figure
+    for p in planned:
+        if p.name == claim.run or p.spec == claim.run:
+            return p.figures[0]
+    return ""
+
+
+def claims_table(exp: Experiment, quick: bool, results: list[Result]) -> Table:
+    """The verdicts for the terminal."""
+    table = Table(title=f"{exp.paper}: claims ({'quick' if quick else 'full'} reproduction)")
+    for h in ("claim", "at", "n", "measured [95% CI]", "verdict"):
+        table.add_column(h, overflow="fold")
+    for r in results:
+        style = {"holds": "green", "weaker": "yellow", "stronger": "yellow"}.get(r.verdict.split(" (")[0], "red")
+        table.add_row(escape(r.claim), escape(_at(r)), str(r.n), escape(r.measured), f"[{style}]{escape(r.verdict)}[/]")
+    return table
+
+
+def _at(r: Result) -> str:
+    """Where a result was measured: the sweep point and the target ("cluster.hetero=H=1.6; loss<=0.9")."""
+    return "; ".join(filter(None, (r.at, r.target))) or "-"
+
+
+# ------------------------------------------------------------------------------------------ REPORT.md
+
+
+def write_report(report: Report) -> Path:
+    """REPORT.md: the verdicts, the failed runs, one section per figure group, the results table, how it was
+    produced, the differences from the paper."""
+    lines = [*_opening(report), *_verdicts(report), *_failed(report), *_figure_sections(report), *_results(report),
+             *_produced(report), *_differences(report)]
+    path = report.out / "REPORT.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _opening(r: Report) -> list[str]:
+    note = ["> This is the **quick** reproduction: the description is the full experiment's; what the quick version "
+            "changes is in the settings at the end of this report.", ""] if r.quick else []
+    return [f"# {r.exp.title}", "", *note, r.exp.description.strip(), ""]
+
+
+def _verdicts(r: Report) -> list[str]:
+    if not r.results:
+        return ["## Verdicts", "", "(the experiment file lists no claims)", ""]
+    sections = {g: r.exp.figures[g].title if g else "Figures" for g in r.figures}
+    rows = [[x.claim, _at(x), f"**{x.verdict}**", _link(sections.get(x.figure or "", "Figures"))] for x in r.results]
+    return ["## Verdicts", "", md_table(["claim", "at", "verdict", "section"], rows), "", VERDICT_NOTE, ""]
+
+
+def _link(title: str) -> str:
+    anchor = re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+    return f"[{title.split(':', 1)[0]}](#{anchor})"
+
+
+def _failed(r: Report) -> list[str]:
+    if not r.failures:
+        return []
+    return ["## Failed runs", "", f"{len(r.failures)} of {len(r.planned)} runs failed; they are left out of every "
+            "table, figure and verdict below.", "",
+            md_table(["run", "seed", "reason"], [[p.name, str(p.seed), reason] for p, reason in r.failures]), ""]
+
+
+def _figure_sections(r: Report) -> list[str]:
+    lines = []
+    for gid, files in r.figures.items():
+        g = r.exp.figures.get(gid)
+        lines += [f"## {g.title if g else 'Figures'}", ""]
+        if g and g.text:
+            lines += [g.text, ""]
+        members = list(dict.fromkeys(p.name for p in r.done if gid in p.figures))
+        lines += ["Runs: " + ", ".join(f"`{m}`" for m in members) + ".", ""]
+        mine = [x for x in r.results if (x.figure or "") == gid]
+        if mine:
+            lines += [_claims_table(mine), ""]
+        for f in files:
+            rel = f.png.relative_to(r.out).as_posix()
+            lines += [f"**{f.caption}** ([PDF]({rel[:-4]}.pdf))", "", f"![{f.name}]({rel})", ""]
+    return lines
+
+
+def _claims_table(results: list[Result]) -> str:
+    rows, last = [], None
+    for r in results:
+        rows.append(["" if r.claim == last else r.claim, r.paper, _at(r), str(r.n), r.measured, r.resolution,
+                     f"**{r.verdict}**"])
+        last = r.claim
+    return md_table(["the paper says", "paper", "at", "n", "measured [95% CI]", "resolution", "verdict"], rows)
+
+
+def _results(r: Report) -> list[str]:
+    if r.cmp is None:
+        return []
+    return ["## Results", "", r.cmp.markdown(), "Full tables: [compare.csv](compare.csv), per run: "
+            "[compare_runs.csv](compare_runs.csv), every target: [compare_reach.csv](compare_reach.csv).", ""]
+
+
+def _produced(r: Report) -> list[str]:
+    """The command, version, git SHA of the runs, date, runs and seeds; the settings shared by every run and
+    each run's own."""
+    planned = r.planned
+    meta = r.runs[0].meta() if r.runs else {}
+    backend = sorted({p.layers.get("run", {}).get("backend", "procs") for p in planned})
+    per_run = {p.name: (p.algorithm, p.extra, sorted({q.seed for q in planned if q.name == p.name})) for p in planned}
+    return ["## How this was produced", "",
+            f"`{r.command_line}` with edgeml {edgeml.__version__} (git {meta.get('git_sha') or 'unknown'}) on "
+            f"{today():%Y-%m-%d}: {len(planned)} runs, seeds "
+            f"{', '.join(map(str, sorted({p.seed for p in planned})))}, backend {', '.join(backend)}. "
+            f"Everything above is rebuilt from `runs/` by `edgeml compare` and `edgeml plot`.", "",
+            "Settings shared by every run:", "", "```toml", _toml(_shared(planned)), "```", "",
+            md_table(["run", "algorithm", "seeds", "its own settings"],
+                     [[n, a, ", ".join(map(str, s)),
+                       "; ".join(f"{sec}.{k} = {fmt_value(v)}" for sec, kv in e.items() for k, v in kv.items())
+                       or "-"] for n, (a, e, s) in per_run.items()]), ""]
+
+
+def _shared(planned: list[PlannedRun]) -> dict:
+    """The config keys (outside [run]) every planned run sets to the same value, by section."""
+    shared = {k: v for k, v in planned[0].layers.items() if k != "run"} if planned else {}
+    shared = {s: {k: v for k, v in vals.items() if all(p.layers.get(s, {}).get(k) == v for p in planned)}
+              for s, vals in shared.items()}
+    return {k: v for k, v in shared.items() if v}
+
+
+def _toml(layers: dict) -> str:
+    import tomli_w
+
+    return tomli_w.dumps(layers).strip() if layers else "(none)"
+
+
+def _differences(r: Report) -> list[str]:
+    lines = ["## Differences from the paper", "", r.exp.differences.strip() or "(none noted)", ""]
+    if r.quick:
+        reduced = "; ".join(f"{s}.{k} = {fmt_value(v)}" for s, kv in r.exp.quick.items() for k, v in kv.items())
+        lines += [f"This is the **quick** reproduction (`--quick`), reduced to finish in minutes on 2 cores "
+                  f"({reduced or 'no shared changes'}; plus each run's own quick settings above). Its numbers "
+                  f"show the direction of each effect, not the paper's magnitudes; the full reproduction is "
+                  f"`edgeml reproduce {r.exp.paper}`.", ""]
+    return lines

@@ -1,0 +1,417 @@
+"""The run directory: its files and columns, the writer the backends fill it with, and the reader analysis uses.
+
+Run directory (format 1; tables are rebuilt from it alone):
+
+    config.toml     the resolved configuration
+    meta.json       edgeml version, format, git SHA, seed, host, backend, threads, calibration, status
+                    (running, completed, stalled, stopped, interrupted, failed), stop reason, duration
+    evals.csv       time_s, total_steps, total_samples, total_bytes, total_byte_hops, ps_ingress_bytes, loss,
+                    accuracy, messages_lost, then the algorithm's counters (``Node.count``: rounds, iterations,
+                    epochs, commits; a column appears when first counted, earlier rows read 0)
+    nodes.csv       one row per node: rank, role, index, compute_s, comm_s, wait_s, alive_s, steps, samples,
+                    messages_sent, bytes_sent, messages_lost, messages_recv, bytes_recv, byte_hops, crashed,
+                    crash_time_s
+    messages.csv    one row per node and message tag: rank, role, tag, messages_sent, bytes_sent,
+                    messages_lost, min_bytes, max_bytes (the smallest and largest message; tag ``all_reduce``
+                    counts a ring all-reduce's share, see ``edgeml.runtime.base``), byte_hops
+    series/*.csv    algorithm time series (time_s, rank, role, fields...): e.g. staleness, decisions
+    summary.json    headline numbers (see ``edgeml.metrics.summarize``)
+    error.txt       only when a node program raised: which node (role, index, rank), when, and the traceback
+    experiment.json only in a reproduction's run: paper, run name, its ``[[runs]]`` entry (spec), sweep point,
+                    seed, quick (see ``edgeml.reproduce``)
+
+``evals.csv`` is appended as the run goes, so a run that dies keeps what it measured. A crashed node's
+``alive_s`` ends at its crash; a node process that died (killed, or exited on its own) counts as crashed.
+
+The writer takes plain rows and numbers (the backends turn their node reports into rows and compute the
+summary, ``edgeml.metrics``); the reader (``Run``, ``load_run``, ``find_runs``, ``load_runs``) is what every
+table and figure is rebuilt from. Which runs ``find_runs`` finds: run directories (with ``summary.json`` or
+``evals.csv``), an experiment's results folder (holding ``runs/`` and ``experiment.toml``), or a folder whose
+direct children are run directories; ``recursive`` searches every folder below. Runs written by different
+experiments (``experiment.json``: paper, quick) are never loaded together. Run labels: a reproduction's runs
+are named by ``experiment.json``; other run directories by algorithm, plus the config keys that tell apart runs
+of the same algorithm.
+
+This module sits below the runtime and the analysis, which both use it: it imports nothing of edgeml but the
+package's version, its errors and the config schema, and pandas and rich only where a reader needs them (node
+processes import the writer and should not pay for them).
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import glob
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from edgeml import __version__
+from edgeml.errors import UserError
+from edgeml.schema import Config
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+FORMAT_VERSION = 1
+CONFIG = "config.toml"
+META = "meta.json"
+EVALS = "evals.csv"
+NODES = "nodes.csv"
+MESSAGES = "messages.csv"
+SERIES = "series"
+SUMMARY = "summary.json"
+ERROR = "error.txt"
+EXPERIMENT = "experiment.json"
+
+EVAL_COLUMNS = ("time_s", "total_steps", "total_samples", "total_bytes", "total_byte_hops", "ps_ingress_bytes",
+                "loss", "accuracy", "messages_lost")
+"""``evals.csv``'s own columns (the algorithm's counters follow them), which no counter may shadow."""
+NODE_COLUMNS = ["rank", "role", "index", "compute_s", "comm_s", "wait_s", "alive_s", "steps", "samples",
+                "messages_sent", "bytes_sent", "messages_lost", "messages_recv", "bytes_recv", "byte_hops", "crashed",
+                "crash_time_s"]
+TAG_COLUMNS = ["rank", "role", "tag", "messages_sent", "bytes_sent", "messages_lost", "min_bytes", "max_bytes",
+               "byte_hops"]
+
+# What the reader needs of a run (a run written by an older edgeml that lacks one is refused with a fix).
+SUMMARY_NEEDED = ("algorithm", "dataset", "model", "workers", "hetero", "final_accuracy", "best_accuracy",
+                  "total_steps", "total_samples", "total_bytes", "ps_ingress_bytes", "compute_fraction",
+                  "comm_fraction", "wait_fraction", "duration_s")
+EVALS_NEEDED = ("time_s", "total_steps", "total_bytes", "loss", "accuracy")
+NODES_NEEDED = ("role", "index", "compute_s", "comm_s", "wait_s", "alive_s")
+# Run-config keys that never distinguish one configuration from another.
+NOT_CONFIG = ("run.seed", "run.name", "run.out")
+FINISHED = ("completed", "stalled", "stopped")
+"""Statuses of a run that ended by itself (a stopping rule, every node done, or stalled), not by failing."""
+
+
+# ------------------------------------------------------------------------------------------ values
+
+
+def csv_value(v: Any) -> Any:
+    """A number as its shortest exact text, NaN as an empty cell. Numpy scalars (whose repr is
+    ``np.float32(...)``, ``np.True_``) become Python numbers first."""
+    if hasattr(v, "item") and hasattr(v, "dtype") and getattr(v, "ndim", 1) == 0:
+        v = v.item()
+    if isinstance(v, float):
+        return repr(v) if math.isfinite(v) else ("" if math.isnan(v) else repr(v))
+    return v
+
+
+def toml_safe(d: Any) -> Any:
+    """``d`` without its None values (TOML has no null), as ``config.toml`` holds it."""
+    if isinstance(d, dict):
+        return {k: toml_safe(v) for k, v in d.items() if v is not None}
+    if isinstance(d, list):
+        return [toml_safe(v) for v in d]
+    return d
+
+
+def fmt_value(v: Any) -> str:
+    """A config value as run labels and sweep points show it: ``true``, ``H=2``, ``[1, 2]``."""
+    if isinstance(v, bool):
+        return str(v).lower()
+    return v if isinstance(v, str) else json.dumps(v)
+
+
+# ------------------------------------------------------------------------------------------ the writer
+
+
+class RunWriter:
+    """Writes one run directory. Created only after the config is valid, so bad input leaves nothing."""
+
+    def __init__(self, path: Path, config: dict, meta: dict):
+        import tomli_w
+
+        self.path = path
+        path.mkdir(parents=True, exist_ok=False)
+        (path / CONFIG).write_text(tomli_w.dumps(toml_safe(config)))
+        self.meta = {"format": FORMAT_VERSION, **meta, "status": "running"}
+        self.write_meta()
+        self.columns = list(EVAL_COLUMNS)
+        self._evals = open(path / EVALS, "w", newline="")
+        self._eval_writer = csv.DictWriter(self._evals, fieldnames=self.columns)
+        self._eval_writer.writeheader()
+        self._evals.flush()
+
+    @classmethod
+    def attach(cls, path: Path) -> "RunWriter":
+        """Reopen a run directory created by another process, to append evaluations and finish it."""
+        self = cls.__new__(cls)
+        self.path = path
+        self.meta = json.loads((path / META).read_text())
+        with open(path / EVALS, newline="") as f:
+            self.columns = next(csv.reader(f), None) or list(EVAL_COLUMNS)
+        self._evals = open(path / EVALS, "a", newline="")
+        self._eval_writer = csv.DictWriter(self._evals, fieldnames=self.columns)
+        return self
+
+    def close(self) -> None:
+        self._evals.close()
+
+    def write_meta(self, **updates: Any) -> None:
+        self.meta.update(updates)
+        tmp = self.path / f"{META}.tmp"
+        tmp.write_text(json.dumps(self.meta, indent=2, default=str))
+        tmp.replace(self.path / META)
+
+    def write_error(self, text: str) -> Path:
+        """Add a node's error report (who, when, traceback) to ``error.txt``; returns its path."""
+        path = self.path / ERROR
+        with open(path, "a") as f:
+            f.write(text.rstrip("\n") + "\n\n")
+        return path
+
+    def append_eval(self, row: dict[str, Any]) -> None:
+        new = [k for k in row if k not in self.columns]
+        if new:  # an algorithm counter seen for the first time: rewrite the table with its column (rare)
+            self._evals.close()
+            with open(self.path / EVALS, newline="") as f:
+                old = list(csv.DictReader(f))
+            self.columns += new
+            tmp = self.path / f"{EVALS}.tmp"
+            with open(tmp, "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=self.columns, restval=0)
+                w.writeheader()
+                w.writerows(old)
+            tmp.replace(self.path / EVALS)
+            self._evals = open(self.path / EVALS, "a", newline="")
+            self._eval_writer = csv.DictWriter(self._evals, fieldnames=self.columns)
+        self._eval_writer.writerow({k: csv_value(row.get(k, 0)) for k in self.columns})
+        self._evals.flush()
+
+    def finish(self, nodes: list[dict], messages: list[dict], series: list[tuple[str, dict]], summary: dict,
+               duration: float, status: str, reason: str) -> dict[str, Any]:
+        """End the run: ``nodes.csv`` and ``messages.csv`` from their rows (``NODE_COLUMNS``, ``TAG_COLUMNS``,
+        in the order given), ``series/<name>.csv`` from (name, row) pairs, ``summary.json``, and the final
+        status in ``meta.json``. Returns ``summary``."""
+        self._evals.close()
+        for name, columns, rows in ((NODES, NODE_COLUMNS, nodes), (MESSAGES, TAG_COLUMNS, messages)):
+            with open(self.path / name, "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=columns)
+                w.writeheader()
+                w.writerows(rows)
+        self._write_series(series)
+        (self.path / SUMMARY).write_text(json.dumps(summary, indent=2))
+        self.write_meta(status=status, stop_reason=reason, duration_s=duration)
+        return summary
+
+    def _write_series(self, series: list[tuple[str, dict]]) -> None:
+        by_name: dict[str, list[dict]] = {}
+        for name, row in series:
+            by_name.setdefault(name, []).append(row)
+        if by_name:
+            (self.path / SERIES).mkdir(exist_ok=True)
+        for name, rows in by_name.items():
+            cols: list[str] = []
+            for row in rows:
+                cols.extend(k for k in row if k not in cols)
+            with open(self.path / SERIES / f"{name}.csv", "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=cols)
+                w.writeheader()
+                for row in rows:
+                    w.writerow({k: csv_value(v) for k, v in row.items()})
+
+
+def tag_run(path: Path, tag: dict[str, Any]) -> None:
+    """Write ``experiment.json``: which reproduction a run belongs to (paper, run, spec, point, seed, quick)."""
+    (path / EXPERIMENT).write_text(json.dumps(tag))
+
+
+def finished_status(path: Path) -> str | None:
+    """The status in a run's ``summary.json`` (None without a readable one)."""
+    try:
+        return json.loads((path / SUMMARY).read_text()).get("status")
+    except (OSError, ValueError):
+        return None
+
+
+# ------------------------------------------------------------------------------------------ the reader
+
+
+@dataclass
+class Run:
+    path: Path
+    summary: dict
+    config: dict
+    label: str = ""
+    spec: str = ""  # the method: the experiment's [[runs]] name, or the algorithm
+    point: dict = field(default_factory=dict)  # its sweep values (or the config keys that set it apart)
+    experiment: str = ""  # "adsp", "adsp --quick"; "" when not written by reproduce
+
+    @property
+    def seed(self) -> int:
+        return int(self.summary.get("seed", self.config.get("run", {}).get("seed", 0)))
+
+    @property
+    def setting(self) -> str:
+        return ",".join(f"{k}={fmt_value(v)}" for k, v in self.point.items())
+
+    @property
+    def method(self) -> str:
+        """What figures colour by: the algorithm."""
+        return self.summary["algorithm"]
+
+    def meta(self) -> dict:
+        p = self.path / META
+        return json.loads(p.read_text()) if p.is_file() else {}
+
+    def table(self, name: str, needed: tuple[str, ...] = (), required: bool = True) -> pd.DataFrame | None:
+        """A CSV of the run (``evals.csv``, ``series/staleness.csv``...), checked for the columns we use."""
+        import pandas as pd
+
+        p = self.path / name
+        if not p.is_file():
+            if required:
+                raise UserError(f"run {self.path}: missing {name} (written by an older edgeml or unfinished?): "
+                                f"re-run it with edgeml {__version__}")
+            return None
+        df = pd.read_csv(p)
+        missing = [c for c in needed if c not in df.columns]
+        if missing:
+            raise UserError(f"run {self.path}: {name} has no column {', '.join(missing)} (written by an older "
+                            f"edgeml?): re-run it with edgeml {__version__}")
+        return df
+
+    @functools.cached_property
+    def evals(self) -> pd.DataFrame:
+        return self.table(EVALS, EVALS_NEEDED)
+
+    def decided(self, name: str) -> float | None:
+        """The mean of a quantity the algorithm decided (``series/decisions.csv``, rows named ``name``)."""
+        d = self.table(f"{SERIES}/decisions.csv", ("name", "value"), required=False)
+        if d is None or not (d["name"] == name).any():
+            return None
+        return float(d.loc[d["name"] == name, "value"].mean())
+
+
+def _is_run(p: Path) -> bool:
+    return (p / SUMMARY).is_file() or (p / EVALS).is_file()
+
+
+def _runs_below(d: Path, recursive: bool) -> list[Path]:
+    if recursive:
+        return sorted({p.parent for n in (SUMMARY, EVALS) for p in d.rglob(n)})
+    if (d / "runs").is_dir() and (d / "experiment.toml").is_file():  # an experiment's results folder
+        d = d / "runs"
+    return sorted(p for p in d.iterdir() if p.is_dir() and _is_run(p))
+
+
+def find_runs(patterns: list[str], recursive: bool = False) -> list[Path]:
+    """Run directories named by paths, glob patterns, experiment results folders or folders holding runs
+    directly (every folder below with ``recursive``)."""
+    found: list[Path] = []
+    for pattern in patterns:
+        is_glob = any(c in pattern for c in "*?[")
+        if is_glob:
+            matches = [Path(p) for p in sorted(glob.glob(pattern, recursive=True))]
+            if not matches:
+                raise UserError(f"no path matches {pattern!r}: check the pattern (quote it to stop the shell)")
+        else:
+            matches = [Path(pattern)]
+        for m in matches:
+            if not m.exists():
+                raise UserError(f"{str(m)!r} does not exist: pass run directories or a directory holding them")
+            below = [m] if _is_run(m) else _runs_below(m, recursive) if m.is_dir() else []
+            if not below and not is_glob:
+                raise UserError(f"{str(m)!r} holds no run directory" + ("" if recursive else " directly below it") +
+                                " (run directories have summary.json or evals.csv): pass run directories or an "
+                                "experiment's results folder" + ("" if recursive else
+                                                                 ", or --recursive to search every folder below"))
+            found.extend(below)
+    unique = list(dict.fromkeys(p.resolve() for p in found))
+    if not unique:
+        raise UserError(f"no run directories found in {' '.join(patterns)}")
+    return unique
+
+
+def load_run(path: Path) -> Run:
+    def read(name: str) -> str:
+        if not (path / name).is_file():
+            raise UserError(f"run {path}: missing {name} (unfinished, killed, or not a run directory): "
+                            "let it finish or leave it out")
+        return (path / name).read_text()
+
+    try:
+        summary = json.loads(read(SUMMARY))
+        config = tomllib.loads(read(CONFIG))
+        exp = json.loads((path / EXPERIMENT).read_text()) if (path / EXPERIMENT).is_file() else {}
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise UserError(f"run {path}: unreadable file ({exc}): re-run it") from None
+    missing = [k for k in SUMMARY_NEEDED if k not in summary]
+    if missing:
+        raise UserError(f"run {path}: summary.json lacks {', '.join(missing)} (written by an older edgeml?): "
+                        f"re-run it with edgeml {__version__}")
+    label = str(exp.get("run", ""))
+    experiment = f"{exp['paper']}{' --quick' if exp.get('quick') else ''}" if exp.get("paper") else ""
+    return Run(path, summary, config, label, str(exp.get("spec", label.split("[", 1)[0])), exp.get("point", {}),
+               experiment)
+
+
+def flat_config(run: Run) -> dict[str, Any]:
+    """The run's config as {"section.key": value}. A key its config lacks (written before the key existed)
+    counts as its default, so old and new runs differ only where they do."""
+    return {**_config_defaults(), **_flatten(run.config)}
+
+
+def _flatten(config: dict) -> dict[str, Any]:
+    return {f"{s}.{k}": v for s, values in config.items() if isinstance(values, dict)
+            for k, v in values.items() if f"{s}.{k}" not in NOT_CONFIG}
+
+
+@functools.cache
+def _config_defaults() -> dict[str, Any]:
+    # the common sections' defaults; an algorithm's section has none here (Config() holds no algorithm's)
+    return _flatten(Config().to_dict())
+
+
+def warn(text: str) -> None:
+    from rich.console import Console
+
+    Console(stderr=True).print(text, style="yellow", highlight=False, markup=False, soft_wrap=True)
+
+
+def load_runs(patterns: list[str], recursive: bool = False) -> list[Run]:
+    """Load run directories and label them (experiment name, else algorithm plus distinguishing keys)."""
+    import pandas as pd
+
+    paths = find_runs(patterns, recursive)
+    # among several runs, one still in progress (or killed before writing its summary) is left out, not fatal
+    unfinished = [p for p in paths if not (p / SUMMARY).is_file()] if len(paths) > 1 else []
+    if unfinished and len(unfinished) < len(paths):
+        warn(f"skipping {len(unfinished)} unfinished run(s) (no summary.json): " + ", ".join(map(str, unfinished)))
+    runs = [load_run(p) for p in paths if p not in unfinished or len(unfinished) == len(paths)]
+    experiments = pd.Series([r.experiment for r in runs if r.experiment]).value_counts(sort=False)
+    if len(experiments) > 1:
+        raise UserError("these runs come from different experiments (" +
+                        ", ".join(f"{e}: {n} runs" for e, n in experiments.items()) +
+                        "): compare one experiment's runs at a time")
+    _label(runs)
+    return runs
+
+
+def _label(runs: list[Run]) -> None:
+    """Label the runs no reproduction named: by algorithm, plus the config keys in which runs of one algorithm
+    differ ("bsp[cluster.hetero=1:3]")."""
+    by_algorithm: dict[str, dict[str, dict]] = {}
+    for r in runs:
+        if not r.label:
+            flat = flat_config(r)
+            by_algorithm.setdefault(r.summary["algorithm"], {})[json.dumps(flat, sort_keys=True, default=str)] = flat
+    for r in runs:
+        if r.label:
+            continue
+        configs = list(by_algorithm[r.summary["algorithm"]].values())
+        r.spec = r.label = r.summary["algorithm"]
+        if len(configs) > 1:
+            flat = flat_config(r)
+            r.point = {k: flat[k] for k in flat if any(c.get(k) != flat[k] for c in configs)}
+            r.label += f"[{r.setting}]"
