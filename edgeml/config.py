@@ -75,8 +75,9 @@ def merge(*layers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def build_config(layers: dict[str, dict[str, Any]]) -> Config:
-    """Build and validate a Config from merged section dicts."""
+def build_config(layers: dict[str, dict[str, Any]], *, paths: bool = True) -> Config:
+    """Build and validate a Config from merged section dicts; ``paths``: also check that ``run.out`` is writable
+    and the data set is there (a plan of runs checks those once, for the runs it will start)."""
     from edgeml.algorithms import ALIASES, get_algorithm
 
     cfg = Config()
@@ -99,7 +100,7 @@ def build_config(layers: dict[str, dict[str, Any]]) -> Config:
                         f"see edgeml list settings and edgeml list {spec.name} for the known ones")
     for section, obj in targets.items():
         update_section(obj, section, layers[section])
-    validate(cfg)
+    validate(cfg, paths=paths)
     return cfg
 
 
@@ -130,9 +131,10 @@ def check_out(out: str | Path, name: str = "run.out") -> None:
                         f"pass a writable directory to --out") from None
 
 
-def validate(cfg: Config) -> None:
-    """Refuse impossible values and paths with a message naming the key, the value and the allowed range."""
-    from edgeml import data, world
+def validate(cfg: Config, *, paths: bool = True) -> None:
+    """Refuse impossible values and paths with a message naming the key, the value and the allowed range;
+    ``paths``: also the output folder and the data set's files (``check_paths``)."""
+    from edgeml import world
     from edgeml.algorithms import get_algorithm
     from edgeml.runtime.base import layout
 
@@ -150,5 +152,13 @@ def validate(cfg: Config) -> None:
         cfg.algo.validate(cfg)
     # the world the run describes (profile, slowdowns, crashes, devices, load, links), built as the runner will
     world.build(cfg, layout(get_algorithm(cfg.run.algorithm).nodes(cfg)).roles)
+    if paths:
+        check_paths(cfg)
+
+
+def check_paths(cfg: Config) -> None:
+    """``run.out`` a writable directory path and the data set's files where ``data`` says (or downloadable)."""
+    from edgeml import data
+
     check_out(cfg.run.out)
     data.locate(cfg.data.dataset, cfg.data.root or None, cfg.data.download)

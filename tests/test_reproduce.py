@@ -358,3 +358,15 @@ def test_a_setting_added_after_a_run_keeps_it_only_at_its_default(tmp_path, toy)
     assert result.output.count("(kept)") == 2 and "ssp-tight seed 0 (kept)" not in result.output
     after = {p.name: (p / "summary.json").stat().st_mtime_ns for p in runs.iterdir()}
     assert [name for name in before if before[name] != after[name]] == ["ssp-tight-s0"]
+
+
+def test_a_missing_data_set_is_refused_before_anything_runs_and_plans_need_none(tmp_path, toy, monkeypatch):
+    """Planning is pure (the shipped experiments plan on a machine without their data); reproducing checks every
+    data set a starting run reads before the first run, and writes nothing when one is missing."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("EDGEML_DATA", str(tmp_path / "nodata"))
+    mnist = edit(tmp_path, toy, 'run = { backend = "sim" }', 'run = { backend = "sim" }\ndata = { dataset = "mnist" }')
+    assert len(plan(load_experiment(mnist))) == 6
+    with pytest.raises(UserError, match="run 'bsp.*mnist"):
+        reproduce(mnist, quick=True, out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -9,6 +9,7 @@ replace it).
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 from dataclasses import dataclass, field
@@ -54,7 +55,7 @@ def finished(path: Path, cfg, quick: bool) -> bool:
         done = json.loads((path / rundir.SUMMARY).read_text())
         tag = json.loads((path / rundir.EXPERIMENT).read_text())
         old, new = read_toml(path / rundir.CONFIG), rundir.toml_safe(cfg.to_dict())
-        defaults = rundir.toml_safe(build_config({"run": {"algorithm": cfg.run.algorithm}}).to_dict())
+        defaults = rundir.toml_safe(build_config({"run": {"algorithm": cfg.run.algorithm}}, paths=False).to_dict())
         for section, values in new.items():
             if isinstance(values, dict) and isinstance(old.get(section), dict):
                 for key, value in values.items():
@@ -69,13 +70,23 @@ def finished(path: Path, cfg, quick: bool) -> bool:
 def plan_work(planned: list[PlannedRun], selected: set[str], out: Path, quick: bool, resume: bool) -> list[Work]:
     """Each planned run with its config and whether it runs now: a selected run runs unless ``resume`` keeps it
     finished; a run ``--only`` does not select never runs."""
-    from edgeml.config import build_config
+    from edgeml.config import check_paths
 
     work = []
     for p in planned:
-        cfg = build_config({**p.layers, "run": {**p.layers["run"], "name": p.dirname, "out": str(out / "runs")}})
+        cfg = copy.deepcopy(p.cfg)
+        cfg.run.name, cfg.run.out = p.dirname, str(out / "runs")
         kept = (resume or p.dirname not in selected) and finished(out / "runs" / p.dirname, cfg, quick)
         work.append(Work(p, cfg, p.dirname in selected and not kept))
+    checked = set()
+    for w in work:  # every data set a starting run reads is there (or downloadable) before any run starts
+        key = (w.cfg.data.dataset, w.cfg.data.root, w.cfg.data.download)
+        if w.runs_now and key not in checked:
+            checked.add(key)
+            try:
+                check_paths(w.cfg)
+            except UserError as exc:
+                raise UserError(f"run {w.run.name!r}: {exc}") from None
     return work
 
 

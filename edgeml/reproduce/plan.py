@@ -12,6 +12,7 @@ import fnmatch
 import itertools
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from edgeml.analysis.compare import baseline_labels
 from edgeml.errors import UserError
@@ -29,6 +30,7 @@ class PlannedRun:
     figures: list[str] = field(default_factory=list)  # the figure groups it is drawn in ([""]: the default one)
     spec: str = ""    # the [[runs]] entry it comes from (its name)
     point: dict = field(default_factory=dict)  # its sweep values, {"section.key": value}
+    cfg: Any = None  # its validated edgeml.schema.Config (run.out and run.name not set yet)
 
     @property
     def dirname(self) -> str:
@@ -77,7 +79,7 @@ def _plan_spec(exp: Experiment, spec: RunSpec, quick: bool, seeds: list[int] | N
             p = PlannedRun(name, spec.algorithm, seed, merge(*layers, point, {"run": run}), merge(*own, point),
                            spec.figure, spec.name, flat)
             try:
-                build_config(p.layers)
+                p.cfg = build_config(p.layers, paths=False)  # paths: once, for the runs that start (execute)
             except UserError as exc:
                 raise UserError(f"{exp.source.name}, run {name!r}: {exc}") from None
             planned.append(p)
