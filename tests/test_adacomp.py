@@ -178,6 +178,7 @@ def test_baselines_bytes(tmp_path, algorithm, c):
     assert (push.min_bytes == want).all() and (push.max_bytes == want).all()
 
 
+@pytest.mark.slow
 def test_ps_memory_stays_within_its_bound_with_200_workers(tmp_path):
     path = _run(tmp_path, "many", "run.algorithm='adacomp'", "adacomp.c=0.01", "cluster.workers=200",
                 "cluster.hetero='adacomp-3class'", "data.batch_size=4", "stop.max_time=3", "eval.interval=1",
@@ -198,6 +199,7 @@ def test_ps_memory_stays_within_its_bound_with_200_workers(tmp_path):
     assert updates == nodes[nodes.role == "ps"].messages_recv.iloc[0]
 
 
+@pytest.mark.slow
 def test_crashes_after_pushes_take_workers_out(tmp_path):
     path = _run(tmp_path, "crash", "run.algorithm='adacomp'", "cluster.workers=20", "cluster.crash_prob=0.002",
                 "stop.max_time=3", "data.batch_size=8")

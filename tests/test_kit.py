@@ -242,6 +242,7 @@ def test_adsp_default_period_fits_the_run():
     assert first < 0.2 and monitor.rows[-1]["accuracy"] > 0.5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", sorted(BUILTIN))
 def test_default_run_learns(tmp_path, algorithm):
     """`edgeml run ALGO --backend sim` with every default (4 workers, 20 s, digits) learns: accuracy well

@@ -350,6 +350,7 @@ def test_runs_without_series_skip_those_figures(tmp_path):
                        "time_breakdown", "throughput"}  # ingress: the run's parameter server received bytes
 
 
+@pytest.mark.slow
 def test_the_same_runs_draw_the_same_bytes(tmp_path):
     """Re-rendering a report leaves its figures untouched (no creation date in a PDF), so diffs show real changes."""
     make_run(tmp_path / "runs", "bsp")

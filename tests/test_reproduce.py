@@ -188,6 +188,7 @@ def test_quick_baselines_reproduction(tmp_path):
     assert again.exit_code == 0 and "speedup vs bsp" in again.output
 
 
+@pytest.mark.slow
 def test_finished_runs_are_never_deleted_without_force(tmp_path, toy):
     out = tmp_path / "out"
     reproduce(toy, quick=True, out=out, seeds=[0])
@@ -224,6 +225,7 @@ def test_finished_runs_are_never_deleted_without_force(tmp_path, toy):
     assert stray.is_dir() and len(pd.read_csv(out / "compare.csv")) == 3  # left alone, and out of the tables
 
 
+@pytest.mark.slow
 def test_a_failed_run_is_recorded_and_the_others_go_on(tmp_path, toy, monkeypatch):
     import edgeml.runner
 
@@ -249,6 +251,7 @@ def test_a_failed_run_is_recorded_and_the_others_go_on(tmp_path, toy, monkeypatc
     assert result.output.count("(kept)") == 2 and "## Failed runs" not in (out / "REPORT.md").read_text()
 
 
+@pytest.mark.slow
 def test_figure_groups_claims_and_against_panels(tmp_path, toy):
     text = open(toy).read().replace(
         '[[runs]]\nalgorithm = "bsp"',
@@ -277,6 +280,7 @@ def test_figure_groups_claims_and_against_panels(tmp_path, toy):
                    "point": {"cluster.hetero": "1:3"}, "seed": 0, "quick": True}
 
 
+@pytest.mark.slow
 def test_only_runs_the_matching_runs_and_keeps_the_rest(tmp_path, toy):
     out = tmp_path / "out"
     args = ["reproduce", toy, "--quick", "--seeds", "0", "--out", str(out)]
@@ -298,6 +302,7 @@ def test_only_runs_the_matching_runs_and_keeps_the_rest(tmp_path, toy):
     assert result.exit_code == 2 and "--only 'nothing*' matches no run of toy" in result.output
 
 
+@pytest.mark.slow
 def test_a_reproduction_stopped_while_it_runs_keeps_its_last_report_and_figures(tmp_path, toy, monkeypatch):
     out = reproduce(toy, quick=True, out=tmp_path / "out", seeds=[0])
     figures = sorted(p.relative_to(out) for p in (out / "figures").rglob("*.png"))
@@ -338,6 +343,7 @@ def test_the_shipped_experiments_plan(tmp_path):
     assert len({p.point["network.commit_delay_s"] for p in plan(adsp) if p.spec == "fig6-bsp"}) >= 3
 
 
+@pytest.mark.slow
 def test_a_setting_added_after_a_run_keeps_it_only_at_its_default(tmp_path, toy):
     out = tmp_path / "out"
     reproduce(toy, quick=True, out=out, seeds=[0])
