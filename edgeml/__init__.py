@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("analysis",),
     ("runner", "config", "progress"),
     ("algorithms",),
-    ("runtime", "metrics"),
+    ("runtime",),
     ("train",),
     ("world", "data", "models"),
     ("rundir", "schema", "errors"),

@@ -15,7 +15,7 @@ Run directory (format 1; tables are rebuilt from it alone):
                     messages_lost, min_bytes, max_bytes (the smallest and largest message; tag ``all_reduce``
                     counts a ring all-reduce's share, see ``edgeml.runtime.base``), byte_hops
     series/*.csv    algorithm time series (time_s, rank, role, fields...): e.g. staleness, decisions
-    summary.json    headline numbers (see ``edgeml.metrics.summarize``)
+    summary.json    headline numbers (see ``edgeml.runtime.monitor.summarize``)
     error.txt       only when a node program raised: which node (role, index, rank), when, and the traceback
     experiment.json only in a reproduction's run: paper, run name, its ``[[runs]]`` entry (spec), sweep point,
                     seed, quick (see ``edgeml.reproduce``)
@@ -24,7 +24,7 @@ Run directory (format 1; tables are rebuilt from it alone):
 ``alive_s`` ends at its crash; a node process that died (killed, or exited on its own) counts as crashed.
 
 The writer takes plain rows and numbers (the backends turn their node reports into rows and compute the
-summary, ``edgeml.metrics``); the reader (``Run``, ``load_run``, ``find_runs``, ``load_runs``) is what every
+summary, ``edgeml.runtime.monitor``); the reader (``Run``, ``load_run``, ``find_runs``, ``load_runs``) is what every
 table and figure is rebuilt from. Which runs ``find_runs`` finds: run directories (with ``summary.json`` or
 ``evals.csv``), an experiment's results folder (holding ``runs/`` and ``experiment.toml``), or a folder whose
 direct children are run directories; ``recursive`` searches every folder below. Runs written by different

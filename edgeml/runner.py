@@ -25,7 +25,7 @@ import edgeml
 from edgeml.schema import Config
 from edgeml.algorithms import get_algorithm
 from edgeml.errors import Interrupted, RunFailed, UserError
-from edgeml.metrics import Monitor, error_report, report_rows, summarize
+from edgeml.runtime.monitor import Monitor, error_report, report_rows, summarize
 from edgeml.rundir import RunWriter
 from edgeml.progress import RunProgress
 from edgeml.runtime.base import layout

@@ -45,7 +45,7 @@ def event_loop(job, cfg, monitor_cls, kernel_cls, algorithm) -> tuple[float, int
 def measure(args, model: str, workers: int) -> list[str]:
     """Rows of the table for one model: plain loop, event loop, whole run; and the per-round ratios."""
     from edgeml.algorithms import get_algorithm
-    from edgeml.metrics import Monitor
+    from edgeml.runtime.monitor import Monitor
     from edgeml.runtime.sim import Kernel
 
     base = [f"run.algorithm='{args.algorithm}'", "run.backend='sim'", f"cluster.workers={workers}",

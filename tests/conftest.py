@@ -21,7 +21,7 @@ def pythonpath(*dirs) -> str:
 def simulate(*overrides: str):
     """Run a sim job in-process with ``overrides``; return (kernel, monitor, status, reason)."""
     from edgeml.config import load_config
-    from edgeml.metrics import Monitor
+    from edgeml.runtime.monitor import Monitor
     from edgeml.runtime.sim import Kernel
     from edgeml.runner import prepare
 

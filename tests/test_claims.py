@@ -55,7 +55,7 @@ def test_a_run_that_never_stays_there_is_censored_at_what_it_spent():
 def test_the_stopping_rule_is_the_monitors():
     losses = [2.0, 1.0, 0.8, 0.71, 0.7, 0.705, 0.7, 0.69]
     i = stopping_index(np.array(losses), 2e-4, 4)
-    # the first window of 4 with population variance below 2e-4, as edgeml.metrics.Monitor decides it
+    # the first window of 4 with population variance below 2e-4, as edgeml.runtime.monitor.Monitor decides it
     expected = next(k for k in range(3, len(losses)) if statistics.pvariance(losses[k - 3:k + 1]) < 2e-4)
     assert i == expected == 6
     r = reach(curve(losses), Target("loss", rule="stopping"), END, (2e-4, 4))

@@ -113,7 +113,7 @@ def smoothed_index(values: np.ndarray, target: Target, window: int = SMOOTH_WIND
 
 def stopping_index(losses: np.ndarray, variance: float, window: int) -> int | None:
     """The first evaluation at which the last ``window`` losses (all finite) have variance below ``variance``
-    (the monitor's rule: ``edgeml.metrics.Monitor``)."""
+    (the monitor's rule: ``edgeml.runtime.monitor.Monitor``)."""
     if not variance or window < 1:
         return None
     for i in range(window - 1, len(losses)):

@@ -26,7 +26,7 @@ from typing import Any, Callable
 import greenlet
 import torch
 
-from edgeml.metrics import Monitor, NodeReport, Totals
+from edgeml.runtime.monitor import Monitor, NodeReport, Totals
 from edgeml.runtime.base import (INTERRUPTED, Layout, Message, Node, NodeCrashed, StopRun, describe_blocked,
                                  layout, matches)
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from edgeml.metrics import Monitor, NodeReport, Totals, error_report, report_rows, summarize
+from edgeml.runtime.monitor import Monitor, NodeReport, Totals, error_report, report_rows, summarize
 from edgeml.rundir import RunWriter
 from edgeml.runtime.base import Counters, Message, TagCounters, describe_blocked, layout
 from edgeml.runtime.interference import Supervisor, pin

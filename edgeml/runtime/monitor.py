@@ -1,5 +1,7 @@
-"""Measurements of a run: the monitor that evaluates and decides when to stop, the totals and headline numbers
-(``summarize``), and the rows of the node reports; the run directory they go to is ``edgeml.rundir``'s."""
+"""The monitor both backends drive: it evaluates the exposed model and decides when to stop; the totals and
+headline numbers (``summarize``) and the rows of the node reports. ``sim`` runs it in its one process,
+``procs`` in the monitor process (rank 0, ``edgeml.runtime.procs.monitor``); the run directory it writes to is
+``edgeml.rundir``'s."""
 
 from __future__ import annotations
 
