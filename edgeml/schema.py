@@ -119,7 +119,8 @@ class RunSection:
     algorithm: str = "bsp"
     """Registered algorithm name (``edgeml list``)."""
     backend: Literal["procs", "sim"] = "procs"
-    """``procs``: one OS process per node over torch.distributed; ``sim``: virtual clock in one process."""
+    """``procs``: one OS process per node, messages over the runtime's own TCP transport; ``sim``: a virtual clock
+    in one process."""
     device: Literal["cpu", "cuda"] = "cpu"
     """Where workers compute (``procs``); several workers may share one GPU."""
     seed: int = ranged(0, ge=0, le=2**32 - 1)
