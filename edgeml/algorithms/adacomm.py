@@ -58,7 +58,7 @@ class FixedAdacommConfig(LocalSGDConfig):
     time_settings = ("lr_decay_s", "trial_s")
 
     def validate(self, cfg) -> None:
-        super().validate(cfg)
+        """The one rule over several fields (each number's range is declared with its field)."""
         if not self.tau0 and not self.tau_candidates:
             raise UserError(f"{cfg.run.algorithm}.tau_candidates = []: give the values of tau0 to search (whole "
                             f"numbers >= 1), or set tau0")

@@ -103,7 +103,7 @@ class ADSPConfig(LocalSGDConfig):
     time_settings = ("lr_decay_s", "check_period_s", "epoch_s")
 
     def validate(self, cfg) -> None:
-        super().validate(cfg)
+        """The one rule over several fields (each number's range is declared with its field)."""
         if self.check_period_s and self.epoch_s and self.epoch_s < 2 * self.check_period_s:
             raise UserError(f"adsp.epoch_s = {self.epoch_s}: must be >= 2 * check_period_s = "
                             f"{2 * self.check_period_s:g} (the search compares at least two periods)")

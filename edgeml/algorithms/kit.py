@@ -68,10 +68,6 @@ class PSConfig:
     global_lr: float = ranged(0.0, ge=0, zero="1/M for M workers")
     """Global learning rate eta at the PS; 0 means 1/M for M workers."""
 
-    def validate(self, cfg) -> None:
-        """The rules that involve several fields: none here (``schema.check_fields`` checks each number against
-        the range declared with its field); subclasses add theirs after ``super().validate(cfg)``."""
-
     def eta(self, num_workers: int) -> float:
         return self.global_lr or 1.0 / num_workers
 
