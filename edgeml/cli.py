@@ -288,7 +288,7 @@ def compare(
 def plot(
     run_dirs: list[str] = typer.Argument(..., help="Run directories, glob patterns, an experiment's results folder, "
                                                    "or folders holding run directories."),
-    out: Path = typer.Option(Path("figures"), help="Folder for the PNG and PDF figures."),
+    out: Path = typer.Option(Path("runs") / "figures", help="Folder for the PNG and PDF figures."),
     recursive: bool = typer.Option(False, "--recursive", "-r", help="Search every folder below the given ones."),
 ) -> None:
     """Draw convergence curves and bars, time breakdown, throughput and the series figures (PNG and PDF)."""
@@ -306,7 +306,9 @@ def plot(
 def reproduce(
     paper: str = typer.Argument(..., help="Experiment name (a file experiments/<paper>.toml) or a .toml path."),
     quick: bool = typer.Option(False, "--quick", help="Reduced version that finishes in minutes on 2 cores."),
-    out: Optional[Path] = typer.Option(None, help="Output folder (default results/<paper>/, or .../quick/)."),
+    out: Optional[Path] = typer.Option(
+        None, help="Output folder (default runs/reproduce/<paper>/, or .../quick/; the committed reproductions: "
+                   "--out results/<paper>)."),
     seeds: Optional[str] = typer.Option(None, help="Comma-separated seeds replacing the experiment's, e.g. 0,1,2."),
     backend: Optional[str] = typer.Option(None, help="procs or sim for every run."),
     resume: bool = typer.Option(False, "--resume", help="Keep runs already finished in the output folder with the "

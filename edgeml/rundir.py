@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgeml import __version__
 from edgeml.errors import UserError
-from edgeml.schema import Config
+from edgeml.schema import COMMON_SECTIONS, Config
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -400,18 +400,31 @@ def load_runs(patterns: list[str], recursive: bool = False) -> list[Run]:
 
 def _label(runs: list[Run]) -> None:
     """Label the runs no reproduction named: by algorithm, plus the config keys in which runs of one algorithm
-    differ ("bsp[cluster.hetero=1:3]")."""
+    differ ("bsp[cluster.hetero=1:3]"), plus the common settings in which any of them differ (a comparison of
+    BSP on procs with SSP on sim says so: "bsp[run.backend=procs]" against "ssp[run.backend=sim]"), plus the
+    status where runs that would share a label ended differently, so that an interrupted run is never pooled
+    with a completed one ("bsp (interrupted)")."""
+    mine = [r for r in runs if not r.label]
+    flats = {id(r): flat_config(r) for r in mine}
     by_algorithm: dict[str, dict[str, dict]] = {}
-    for r in runs:
-        if not r.label:
-            flat = flat_config(r)
-            by_algorithm.setdefault(r.summary["algorithm"], {})[json.dumps(flat, sort_keys=True, default=str)] = flat
-    for r in runs:
-        if r.label:
-            continue
+    for r in mine:
+        flat = flats[id(r)]
+        by_algorithm.setdefault(r.summary["algorithm"], {})[json.dumps(flat, sort_keys=True, default=str)] = flat
+    common = [k for k in dict.fromkeys(k for r in mine for k in flats[id(r)])
+              if k.split(".")[0] in COMMON_SECTIONS and k != "run.algorithm"
+              and len({json.dumps(flats[id(r)].get(k), default=str) for r in mine}) > 1]
+    for r in mine:
         configs = list(by_algorithm[r.summary["algorithm"]].values())
+        flat = flats[id(r)]
         r.spec = r.label = r.summary["algorithm"]
-        if len(configs) > 1:
-            flat = flat_config(r)
-            r.point = {k: flat[k] for k in flat if any(c.get(k) != flat[k] for c in configs)}
+        own = [k for k in flat if len(configs) > 1 and any(c.get(k) != flat[k] for c in configs)]
+        r.point = {k: flat[k] for k in [*own, *(k for k in common if k not in own)]}
+        if r.point:
             r.label += f"[{r.setting}]"
+    statuses: dict[str, set] = {}
+    for r in mine:
+        statuses.setdefault(r.label, set()).add(r.summary.get("status", "completed"))
+    for r in mine:
+        status = r.summary.get("status", "completed")
+        if len(statuses[r.label]) > 1 and status != "completed":
+            r.label += f" ({status})"

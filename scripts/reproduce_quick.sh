@@ -7,7 +7,14 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${1:-$(mktemp -d -t edgeml-quick-XXXXXX)}"
-python="${PYTHON:-python}"
+python="${PYTHON:-}"  # default: the repository's virtual environment, else python3 (with edgeml installed)
+if [ -z "$python" ]; then
+  if [ -x "$root/.venv/bin/python" ]; then python="$root/.venv/bin/python"; else python="python3"; fi
+fi
+if ! "$python" -c 'import edgeml' 2>/dev/null; then
+  echo "$python cannot import edgeml: install it (python3 -m venv .venv && .venv/bin/pip install -e .) or set PYTHON" >&2
+  exit 2
+fi
 shopt -s nullglob
 experiments=("$root"/experiments/*.toml)
 if [ ${#experiments[@]} -eq 0 ]; then

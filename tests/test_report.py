@@ -315,3 +315,27 @@ def test_claims_can_name_a_whole_number_summary_field(tmp_path):
     samples = claim_samples(runs, cmp.per_run, ["total_byte_hops", "total_steps"], [])
     assert sorted(samples[samples["metric"] == "total_byte_hops"]["lo"]) == [1200.0, 1300.0]
     assert sorted(samples[samples["metric"] == "total_steps"]["lo"]) == [30.0, 30.0]
+
+
+def test_an_interrupted_run_is_never_pooled_with_a_completed_one(tmp_path):
+    make_run(tmp_path, "done", "bsp", 0)
+    make_run(tmp_path, "cut", "bsp", 0, times=(0, 1), accuracy=(0.1, 0.2), summary={"status": "interrupted"})
+    make_run(tmp_path, "ssp", "ssp", 0)
+    runs = load_runs([str(tmp_path)])
+    assert sorted(r.label for r in runs) == ["bsp", "bsp (interrupted)", "ssp"]
+    cmp = compare(runs, Target("accuracy", 0.85), baseline="bsp")
+    assert set(cmp.table["run"]) == {"bsp", "bsp (interrupted)", "ssp"}
+    assert (cmp.table.set_index("run").loc["bsp", "seeds"] == 1)
+
+
+def test_labels_show_the_settings_that_differ_between_algorithms_and_the_resolution(tmp_path):
+    """BSP on procs against SSP on sim: each label says which (not only the settings one algorithm varies)."""
+    make_run(tmp_path, "a", "bsp", 0, config={"run": {"backend": "procs"}, "cluster": {"workers": 3}})
+    make_run(tmp_path, "b", "ssp", 0, config={"run": {"backend": "sim"}, "eval": {"interval": 2.0}})
+    runs = load_runs([str(tmp_path)])
+    assert [r.label for r in runs] == ["bsp[run.backend=procs,eval.interval=1.0]",
+                                       "ssp[run.backend=sim,eval.interval=2.0]"]
+    cmp = compare(runs, Target("accuracy", 0.85))
+    console = Console(record=True, width=200)
+    console.print(*cmp.rich())
+    assert "resolved to 2 s" in console.export_text()

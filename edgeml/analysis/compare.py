@@ -15,6 +15,8 @@ when every seed reached it; otherwise the table shows a bound ("> 1000" when non
 
 from __future__ import annotations
 
+import os
+
 import json
 import math
 from dataclasses import dataclass
@@ -205,6 +207,9 @@ class Comparison:
     reach: pd.DataFrame  # every target
     targets: list[Target]
     baseline: str | None
+    eval_interval: float = 0.0
+    """The longest evaluation interval among the runs: times to a target are read at evaluations, so they and the
+    speedups from them are resolved to this (said under the console table)."""
 
     @property
     def target(self) -> Target:
@@ -261,6 +266,11 @@ class Comparison:
     def rich(self) -> list[Table]:
         title, headers, cells = self.display()
         tables = [rich_table(title, headers, cells)]
+        if self.eval_interval:
+            tables[0].caption = (f"Times to a target are read at evaluations, every {self.eval_interval:g} s: each "
+                                 f"is resolved to {self.eval_interval:g} s, and speedups from them are as coarse "
+                                 f"(1.00x, 0.50x, ... from a few intervals).")
+            tables[0].caption_justify = "left"
         if len(self.targets) > 1:
             tables.append(rich_table(f"time until each target ({self.target.rule} rule)", *self.reach_display()))
         return tables
@@ -268,9 +278,13 @@ class Comparison:
     def write(self, out: Path) -> list[Path]:
         out.mkdir(parents=True, exist_ok=True)
         paths = [out / "compare.csv", out / "compare_runs.csv", out / "compare_reach.csv", out / "compare.md"]
+
+        def portable(frame):  # run paths relative to the tables' folder: the same bytes on every machine
+            return frame.assign(path=[os.path.relpath(p, out.absolute()) for p in frame["path"]])
+
         self.table.to_csv(paths[0], index=False)
-        self.per_run.drop(columns="_pair").to_csv(paths[1], index=False)
-        self.reach.to_csv(paths[2], index=False)
+        portable(self.per_run.drop(columns="_pair")).to_csv(paths[1], index=False)
+        portable(self.reach).to_csv(paths[2], index=False)
         paths[3].write_text(self.markdown())
         return paths
 
@@ -289,7 +303,9 @@ def compare(runs: list[Run], targets: list[Target] | Target | None = None, basel
     for (label, seed), g in dup.groupby(["run", "seed"], sort=False):
         warn(f"{len(g)} runs of {label!r} share seed {seed} and settings: they count as one sample (their mean)")
     labels = baseline_labels(list(per_run["run"]), dict(zip(per_run["run"], per_run["algorithm"])), baseline)
-    return Comparison(per_run, group_table(per_run, labels), reach_table(runs, targets), targets, baseline)
+    interval = max((float(r.config.get("eval", {}).get("interval", 0.0)) for r in runs), default=0.0)
+    return Comparison(per_run, group_table(per_run, labels), reach_table(runs, targets), targets, baseline,
+                      eval_interval=interval)
 
 
 def compare_dirs(patterns: list[str], accuracy: list[float] = (), loss: list[float] = (), rule: str = "stays",

@@ -1,6 +1,8 @@
-"""Paper reproductions: ``edgeml reproduce PAPER`` runs an experiment file and writes ``results/<paper>/``.
+"""Paper reproductions: ``edgeml reproduce PAPER`` runs an experiment file and writes ``--out`` (by default
+``runs/reproduce/<paper>/``, and ``.../quick/`` with ``--quick``: a scratch folder git ignores; the committed
+reproductions under ``results/<paper>/`` are written with ``--out results/<paper>``).
 
-Output (``results/<paper>/quick/`` with ``--quick``): ``experiment.toml`` (the file used), ``runs/``,
+Output: ``experiment.toml`` (the file used), ``runs/``,
 ``compare.csv``, ``compare_runs.csv``, ``compare_reach.csv``, ``compare.md``, ``figures/`` (PNG and PDF, one
 folder per figure group) and ``REPORT.md``: the verdicts, then one section per figure group with the paper's
 statements, what was measured, the verdicts and the figures. Finished runs are never deleted without
@@ -14,7 +16,7 @@ runs alone.
 Experiment file ``experiments/<paper>.toml``::
 
     [experiment]
-    paper = "baselines"          # results go to results/<paper>/ (default: the file name)
+    paper = "baselines"          # the default output is runs/reproduce/<paper>/ (default: the file name)
     title = "..."
     description = "..."          # one paragraph for REPORT.md
     seeds = [0, 1, 2]            # every run is repeated per seed (run.seed), unless the run names its own
@@ -79,6 +81,11 @@ from edgeml.errors import RunFailed, UserError
 from edgeml.reproduce import execute, load, plan, render
 
 
+DEFAULT_OUT = Path("runs") / "reproduce"
+"""Where a reproduction goes without ``--out``: beside ``edgeml run``'s run directories, never over the
+committed ``results/``."""
+
+
 def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: list[int] | None = None,
               backend: str | None = None, console: Console | None = None, command_line: str = "",
               resume: bool = False, only: str | None = None, force: bool = False) -> Path:
@@ -95,7 +102,7 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
     exp = load.load_experiment(paper)
     planned = plan.plan(exp, quick, seeds, backend)
     selected = _selected(only, planned, exp.paper)
-    out = Path(out) if out else Path("results") / exp.paper / ("quick" if quick else "")
+    out = Path(out) if out else DEFAULT_OUT / exp.paper / ("quick" if quick else "")
     check_out(out, "--out")
     work = execute.plan_work(planned, selected, out, quick, resume)
     execute.prepare_out(exp, out, work, force, console)
