@@ -153,6 +153,7 @@ def test_quick_baselines_reproduction(tmp_path):
     result = CliRunner().invoke(cli.app, ["reproduce", "baselines", "--quick", "--seeds", "0,1", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "[6/6]" in result.output and "REPORT.md" in result.output
+    assert "[1/6] bsp seed 0: running bsp (sim)" in result.output  # not a terminal: each run said as it starts
 
     table = pd.read_csv(out / "compare.csv").set_index("run")
     assert list(table.index) == ["bsp", "ssp", "asp"] and set(table["seeds"]) == {2}

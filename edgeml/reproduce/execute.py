@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from edgeml import rundir
-from edgeml.errors import UserError
+from edgeml.errors import RunFailed, UserError
 from edgeml.reproduce.load import Experiment
 from edgeml.reproduce.plan import PlannedRun
 
@@ -147,12 +148,19 @@ def _run(exp: Experiment, w: Work, path: Path, quick: bool, outcome: Outcome, pr
 
     p = w.run
     shutil.rmtree(path, ignore_errors=True)
+    if not progress.console.is_terminal:  # a CI log shows each run as it starts, not only as it ends
+        _say(progress, f"{head}: running {p.algorithm} ({w.cfg.run.backend})")
     try:
         path = runner.run(w.cfg, quiet=True, path=path)
         return path
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # noqa: BLE001 - one failed run must not end a reproduction of hours
+        if not isinstance(exc, (RunFailed, UserError)):  # a bug outside the node programs: keep its traceback
+            if runner.debugging():
+                raise
+            if path.is_dir() and not (path / rundir.ERROR).exists():
+                (path / rundir.ERROR).write_text(traceback.format_exc())
         outcome.failures.append((p, f"{type(exc).__name__}: {exc}"))
         _say(progress, f"{head}: FAILED: {exc}", style="red")
         return None
