@@ -318,9 +318,27 @@ def reproduce(
                                                   "name is taken literally); keep the others that already finished."),
     force: bool = typer.Option(False, "--force", help="Delete finished runs in the output folder that this would "
                                                       "run again (without it, reproduce refuses)."),
+    jobs: Optional[int] = typer.Option(
+        None, "--jobs", "-j", help="Cores to keep busy: independent runs go side by side, each in its own process "
+                                   "(a sim run takes run.threads cores, a procs run one per process, at most N; "
+                                   "results are the same as one at a time). Default: this machine's cores; 1: one "
+                                   "run at a time in this process."),
+    plan_only: bool = typer.Option(False, "--plan", help="List the planned runs with their estimated core-seconds "
+                                                         "and whether they finished in the output folder, and a "
+                                                         "total; run and write nothing."),
+    check: bool = typer.Option(False, "--check", help="After reproducing, compare each claim's verdict with the "
+                                                      "committed results/<paper>/[quick/]REPORT.md; exit 1 on any "
+                                                      "change (each is printed), 2 where none is committed."),
 ) -> None:
     """Run a paper's experiment: the system and its baselines; write tables, figures and REPORT.md with verdicts."""
     from edgeml.reproduce import reproduce as run_experiment
+    from edgeml.reproduce import show_plan
+    from edgeml.reproduce.parallel import default_jobs
+
+    if jobs is not None and jobs < 1:
+        raise UserError(f"--jobs {jobs}: give the number of cores to use, 1 or more (default: this machine's "
+                        f"{default_jobs()})")
+    jobs = jobs or default_jobs()
 
     seed_list = None
     if seeds is not None:
@@ -334,10 +352,13 @@ def reproduce(
         bad = next((s for s in seed_list if not seed_range.admits(s)), None)
         if bad is not None:
             raise UserError(f"--seeds {seeds!r}: seed {bad} is out of range: use {seed_range.describe(True)}")
+    if plan_only:
+        show_plan(paper, quick, out, seed_list, backend, only, jobs)
+        return
     line = " ".join(["edgeml reproduce", paper] + (["--quick"] if quick else []) + ([f"--out {out}"] if out else [])
                     + ([f"--seeds {seeds}"] if seeds else []) + ([f"--backend {backend}"] if backend else []))
     print(run_experiment(paper, quick, out, seed_list, backend, command_line=line, resume=resume, only=only,
-                         force=force) / "REPORT.md")
+                         force=force, jobs=jobs, check=check) / "REPORT.md")
 
 
 METAVARS = {
@@ -346,7 +367,7 @@ METAVARS = {
     "max_steps": "STEPS", "target_accuracy": "ACCURACY", "target_loss": "LOSS", "partition": "NAME",
     "batch_size": "N", "data_root": "DIR", "out": "DIR", "name": "NAME", "config": "FILE", "set_": "KEY=VALUE",
     "run_dirs": "RUNS...", "rule": "stays|smoothed|first|stopping", "baseline": "NAME", "paper": "PAPER",
-    "seeds": "N,N,...", "only": "GLOB", "what": "WHAT",
+    "seeds": "N,N,...", "only": "GLOB", "what": "WHAT", "jobs": "N",
 }
 """The metavar of each option in ``--help``: what its value is."""
 

@@ -5,6 +5,8 @@ Run directory (format 1; tables are rebuilt from it alone):
     config.toml     the resolved configuration
     meta.json       edgeml version, format, git SHA, seed, host, backend, threads, calibration, status
                     (running, completed, stalled, stopped, interrupted, failed), stop reason, duration
+                    (on the run's clock), and its cost when it ended: wall_s (wall-clock seconds) and cpu_s
+                    (CPU seconds of the run's process and its children)
     evals.csv       time_s, total_steps, total_samples, total_bytes, total_byte_hops, ps_ingress_bytes, loss,
                     accuracy, messages_lost, then the algorithm's counters (``Node.count``: rounds, iterations,
                     epochs, commits; a column appears when first counted, earlier rows read 0)

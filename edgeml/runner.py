@@ -15,6 +15,7 @@ import os
 import platform
 import socket
 import subprocess
+import time
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
@@ -96,14 +97,59 @@ def check_capacity(cfg: Config, nodes: int, cores: int) -> None:
 
 def run(cfg: Config, *, quiet: bool = True, path: Path | None = None) -> Path:
     """Run ``cfg``; return the run directory. Raises UserError on bad input before anything is written, and
-    ``Interrupted`` (a KeyboardInterrupt naming the run directory, or None when none was made yet) on Ctrl-C."""
+    ``Interrupted`` (a KeyboardInterrupt naming the run directory, or None when none was made yet) on Ctrl-C.
+    However it ends, a run directory that was made gets the run's cost in ``meta.json``: ``wall_s`` (seconds
+    from this call to its end) and ``cpu_s`` (CPU seconds of this process and its children meanwhile)."""
     path = path or run_dir_for(cfg)
+    wall, cpu, existed = time.monotonic(), cpu_seconds(), (path / "meta.json").exists()
     try:
         return _run(cfg, quiet, path)
     except Interrupted:
         raise
     except KeyboardInterrupt:
         raise Interrupted(path if path.exists() else None) from None
+    finally:
+        if not existed:  # never another run's directory (a path that was taken is refused)
+            record_cost(path, time.monotonic() - wall, cpu_seconds() - cpu)
+
+
+def cpu_seconds() -> float:
+    """CPU seconds (user + system) used so far by this process and its children: those it waited for
+    (``RUSAGE_CHILDREN``) and the node processes a procs run's fork server started and reaped (the fork server
+    is not this process's direct child until it exits, so its own and its children's times are read apart)."""
+    import resource
+
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    try:
+        from multiprocessing import forkserver
+
+        pid = getattr(forkserver._forkserver, "_forkserver_pid", None)  # noqa: SLF001 - no public handle
+        if pid:
+            import psutil
+
+            t = psutil.Process(pid).cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+    except Exception:  # noqa: BLE001 - a cost record must never fail a run
+        pass
+    return total
+
+
+def record_cost(path: Path, wall_s: float, cpu_s: float) -> None:
+    """Add the run's ``wall_s`` and ``cpu_s`` (this process and its children) to ``meta.json``, when the run
+    directory was made."""
+    from edgeml.rundir import META
+
+    if not (path / META).is_file():
+        return
+    try:
+        writer = RunWriter.attach(path)
+        writer.close()
+        writer.write_meta(wall_s=round(wall_s, 3), cpu_s=round(cpu_s, 3))
+    except (OSError, ValueError):  # the run directory went away or is damaged: the run's own error stands
+        pass
 
 
 def _run(cfg: Config, quiet: bool, path: Path) -> Path:

@@ -78,7 +78,8 @@ from rich.console import Console
 from edgeml.analysis.tables import wide_console
 from edgeml.errors import RunFailed, UserError
 # the steps as modules: their main functions share the modules' names (plan.plan, execute.execute...)
-from edgeml.reproduce import execute, load, plan, render
+from edgeml.reproduce import check as check_mod
+from edgeml.reproduce import cost, execute, load, plan, render
 
 
 DEFAULT_OUT = Path("runs") / "reproduce"
@@ -88,18 +89,26 @@ committed ``results/``."""
 
 def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: list[int] | None = None,
               backend: str | None = None, console: Console | None = None, command_line: str = "",
-              resume: bool = False, only: str | None = None, force: bool = False) -> Path:
+              resume: bool = False, only: str | None = None, force: bool = False, jobs: int = 1,
+              check: bool = False) -> Path:
     """Run every run of an experiment; write the tables, the figures and REPORT.md; return the output folder.
 
     With ``resume``, a run whose directory already holds a finished run of the same configuration is kept
     rather than run again. With ``only`` (a glob on run names), only the matching runs are run; the others are
     kept where they already finished and left out where they did not. A finished run is deleted (to run it
     again) only with ``force``. A run that fails is recorded in REPORT.md and the others go on; the call then
-    raises RunFailed after writing everything, so that scripts notice."""
+    raises RunFailed after writing everything, so that scripts notice.
+
+    ``jobs``: the cores the runs may keep busy at once; above 1 they run side by side in child processes
+    (``edgeml.reproduce.parallel``), with the same results. ``check``: compare each claim's verdict with the
+    committed report's (``edgeml.reproduce.check``) and raise RunFailed on any change, naming them."""
     from edgeml.config import check_out
 
     console = console or wide_console(stderr=True)
+    if jobs < 1:
+        raise UserError(f"--jobs {jobs}: give the number of cores to use, 1 or more")
     exp = load.load_experiment(paper)
+    committed = check_mod.committed_verdicts(exp, quick) if check else None
     planned = plan.plan(exp, quick, seeds, backend)
     selected = _selected(only, planned, exp.paper)
     out = Path(out) if out else DEFAULT_OUT / exp.paper / ("quick" if quick else "")
@@ -107,14 +116,43 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
     work = execute.plan_work(planned, selected, out, quick, resume)
     execute.prepare_out(exp, out, work, force, console)
     with execute.progress_bar(console) as progress:
-        outcome = execute.execute(exp, work, selected, out, quick, progress)
+        outcome = execute.execute(exp, work, selected, out, quick, progress, jobs)
         command = command_line or f"edgeml reproduce {paper}" + (" --quick" if quick else "")
         report = render.render(render.Report(exp, out, planned, outcome.done, outcome.failures, command, quick))
     console.print(*(report.cmp.rich() if report.cmp else []), render.claims_table(exp, quick, report.results))
+    changed = check_mod.compare_verdicts(committed, report.results) if committed is not None else []
+    for claim, at, old, new in changed:
+        console.print(f"verdict changed: {claim} ({at}): {old} -> {new}", style="red", highlight=False,
+                      markup=False)
+    if committed is not None and not changed:
+        console.print(f"--check: every verdict is as committed in {committed.source}", highlight=False,
+                      markup=False)
+    if changed:
+        raise RunFailed(f"{len(changed)} claim verdict(s) differ from {committed.source} (listed above)"
+                        + (f"; and {len(outcome.failures)} of {len(planned)} runs failed" if outcome.failures
+                           else ""))
     if outcome.failures:
         raise RunFailed(f"{len(outcome.failures)} of {len(planned)} runs failed (reasons in {out / 'REPORT.md'}); "
                            "the other runs, tables and figures are written")
     return out
+
+
+def show_plan(paper: str, quick: bool = False, out: Path | None = None, seeds: list[int] | None = None,
+              backend: str | None = None, only: str | None = None, jobs: int = 1,
+              console: Console | None = None) -> list[cost.PlanRow]:
+    """List the planned runs (name, seed, backend, workers, max_time, reserved cores, estimated core-seconds,
+    finished or not in the output folder) and a total, without running or writing anything
+    (``edgeml.reproduce.cost`` says how the cost is estimated); returns the rows."""
+    if jobs < 1:
+        raise UserError(f"--jobs {jobs}: give the number of cores to use, 1 or more")
+    console = console or wide_console()
+    exp = load.load_experiment(paper)
+    planned = plan.plan(exp, quick, seeds, backend)
+    selected = _selected(only, planned, exp.paper)
+    out = Path(out) if out else DEFAULT_OUT / exp.paper / ("quick" if quick else "")
+    rows = cost.plan_rows(planned, selected, out, quick, jobs)
+    console.print(*cost.plan_table(exp.paper, rows, jobs))
+    return rows
 
 
 def _selected(only: str | None, planned: list[plan.PlannedRun], paper: str) -> set[str]:

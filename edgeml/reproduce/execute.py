@@ -10,6 +10,7 @@ replace it).
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import shutil
 import traceback
@@ -40,6 +41,14 @@ class Outcome:
     failures: list[tuple[PlannedRun, str]] = field(default_factory=list)  # (run, reason)
 
 
+@functools.cache
+def _defaults(algorithm: str) -> dict:
+    """The default config of ``algorithm``, as its run directories write it (built once per algorithm)."""
+    from edgeml.config import build_config
+
+    return rundir.toml_safe(build_config({"run": {"algorithm": algorithm}}, paths=False).to_dict())
+
+
 def finished(path: Path, cfg, quick: bool) -> bool:
     """Whether ``path`` holds a finished run of exactly ``cfg`` from this reproduction (``--resume`` keeps it).
 
@@ -47,7 +56,7 @@ def finished(path: Path, cfg, quick: bool) -> bool:
     setting the run's ``config.toml`` lacks (one added to edgeml after the run) counts as the same where the new
     configuration keeps it at its default: a setting is added with the default that does what edgeml did
     before, so a reproduction spanning sessions keeps its finished runs."""
-    from edgeml.config import build_config, read_toml
+    from edgeml.config import read_toml
 
     def comparable(config: dict) -> dict:
         return {**config, "run": {k: v for k, v in config.get("run", {}).items() if k != "out"}}
@@ -56,7 +65,7 @@ def finished(path: Path, cfg, quick: bool) -> bool:
         done = json.loads((path / rundir.SUMMARY).read_text())
         tag = json.loads((path / rundir.EXPERIMENT).read_text())
         old, new = read_toml(path / rundir.CONFIG), rundir.toml_safe(cfg.to_dict())
-        defaults = rundir.toml_safe(build_config({"run": {"algorithm": cfg.run.algorithm}}, paths=False).to_dict())
+        defaults = _defaults(cfg.run.algorithm)
         for section, values in new.items():
             if isinstance(values, dict) and isinstance(old.get(section), dict):
                 for key, value in values.items():
@@ -119,40 +128,89 @@ def progress_bar(console: Console) -> Progress:
 
 
 def execute(exp: Experiment, work: list[Work], selected: set[str], out: Path, quick: bool,
-            progress: Progress) -> Outcome:
-    """Run (or keep) every planned run in order, reporting each on ``progress``; a failed run is recorded."""
-    outcome = Outcome()
+            progress: Progress, jobs: int = 1) -> Outcome:
+    """Run (or keep) every planned run, reporting each on ``progress``; a failed run is recorded. With ``jobs``
+    above 1 the runs that run now go side by side in child processes (``edgeml.reproduce.parallel``); either
+    way the outcome lists the runs in the plan's order."""
     task = progress.add_task(exp.paper, total=len(work))
+    results: dict[int, str | None] = {}  # plan index -> failure reason (None: done); left out: absent
+    heads = {k: f"[{k}/{len(work)}] {w.run.name} seed {w.run.seed}" for k, w in enumerate(work, 1)}
+    state = {"running": 0, "failed": 0}
+
+    def show(name: str = "") -> None:
+        counts = f"{state['running']} running, " if jobs > 1 else ""
+        what = f": [cyan]{escape(name)}[/]" if name else ""
+        progress.update(task, description=f"{exp.paper}{what} ({counts}{state['failed']} failed)")
+
+    def end(k: int, reason: str | None) -> None:
+        w = work[k - 1]
+        path = out / "runs" / w.run.dirname
+        if reason is None:
+            reason = _record(w.run, path, w.runs_now, progress, heads[k])
+        else:
+            _say(progress, f"{heads[k]}: FAILED: {reason}", style="red")
+        results[k] = reason
+        state["failed"] += reason is not None
+        progress.advance(task)
+        show()
+
+    parallel = []
     for k, w in enumerate(work, 1):
         p = w.run
-        progress.update(task, description=f"{exp.paper}: [cyan]{escape(p.name)}[/] ({p.algorithm}) seed {p.seed}")
-        progress.advance(task)
-        head = f"[{k}/{len(work)}] {p.name} seed {p.seed}"
         path = out / "runs" / p.dirname
         if not w.runs_now and p.dirname not in selected and not finished(path, w.cfg, quick):
-            _say(progress, f"{head}: not selected by --only and not run yet: left out")
+            _say(progress, f"{heads[k]}: not selected by --only and not run yet: left out")
+            progress.advance(task)
             continue
-        if w.runs_now:
-            path = _run(exp, w, path, quick, outcome, progress, head)
-            if path is None:
-                continue
-        _record(p, path, w.runs_now, outcome, progress, head)
+        if not w.runs_now:
+            end(k, None)
+        elif jobs > 1:
+            parallel.append((k, p, w.cfg))
+        else:
+            show(f"{p.name} ({p.algorithm}) seed {p.seed}")
+            _starting(progress, heads[k], w)
+            end(k, run_one(exp.paper, w, path, quick))
+    if parallel:
+        from edgeml.reproduce.parallel import run_parallel
+
+        def start(k: int) -> None:
+            state["running"] += 1
+            _starting(progress, heads[k], work[k - 1])
+
+        def stop(k: int, reason: str | None) -> None:
+            state["running"] -= 1
+            end(k, reason)
+
+        run_parallel(parallel, jobs, run_one,
+                     lambda k: (exp.paper, work[k - 1], out / "runs" / work[k - 1].run.dirname, quick), start, stop,
+                     lambda running: show())
     progress.update(task, description=f"{exp.paper}: tables, figures, report")
+    outcome = Outcome()
+    for k, w in enumerate(work, 1):
+        if k in results:
+            if results[k] is None:
+                outcome.done.append(w.run)
+            else:
+                outcome.failures.append((w.run, results[k]))
     return outcome
 
 
-def _run(exp: Experiment, w: Work, path: Path, quick: bool, outcome: Outcome, progress: Progress,
-         head: str) -> Path | None:
-    """Run one planned run afresh and tag its directory; None when it raised (recorded as a failure)."""
+def _starting(progress: Progress, head: str, w: Work) -> None:
+    if not progress.console.is_terminal:  # a CI log shows each run as it starts, not only as it ends
+        _say(progress, f"{head}: running {w.run.algorithm} ({w.cfg.run.backend})")
+
+
+def run_one(paper: str, w: Work, path: Path, quick: bool) -> str | None:
+    """Run one planned run afresh and tag its directory; returns why it failed when it raised (None when it
+    returned: ``_record`` then reads its status). Runs in the driver (``--jobs 1``) or in a run's own child
+    process (``edgeml.reproduce.parallel``)."""
     from edgeml import runner
 
     p = w.run
     shutil.rmtree(path, ignore_errors=True)
-    if not progress.console.is_terminal:  # a CI log shows each run as it starts, not only as it ends
-        _say(progress, f"{head}: running {p.algorithm} ({w.cfg.run.backend})")
     try:
-        path = runner.run(w.cfg, quiet=True, path=path)
-        return path
+        runner.run(w.cfg, quiet=True, path=path)
+        return None
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # noqa: BLE001 - one failed run must not end a reproduction of hours
@@ -161,27 +219,24 @@ def _run(exp: Experiment, w: Work, path: Path, quick: bool, outcome: Outcome, pr
                 raise
             if path.is_dir() and not (path / rundir.ERROR).exists():
                 (path / rundir.ERROR).write_text(traceback.format_exc())
-        outcome.failures.append((p, f"{type(exc).__name__}: {exc}"))
-        _say(progress, f"{head}: FAILED: {exc}", style="red")
-        return None
+        return f"{type(exc).__name__}: {exc}"
     finally:
         if path.is_dir():
-            rundir.tag_run(path, {"paper": exp.paper, "run": p.name, "spec": p.spec, "point": p.point,
+            rundir.tag_run(path, {"paper": paper, "run": p.name, "spec": p.spec, "point": p.point,
                                   "seed": p.seed, "quick": quick})
 
 
-def _record(p: PlannedRun, path: Path, ran: bool, outcome: Outcome, progress: Progress, head: str) -> None:
-    """A run that ran or was kept: done when its status is a finished one, else a failure."""
+def _record(p: PlannedRun, path: Path, ran: bool, progress: Progress, head: str) -> str | None:
+    """A run that ran or was kept: None (done) when its status is a finished one, else the failure reason."""
     s = json.loads((path / rundir.SUMMARY).read_text())
     if s.get("status") not in rundir.FINISHED:
-        outcome.failures.append((p, f"status {s.get('status')}: {s.get('stop_reason')}"))
         _say(progress, f"{head}: FAILED: {s.get('status')} ({s.get('stop_reason')})", style="red")
-        return
+        return f"status {s.get('status')}: {s.get('stop_reason')}"
     acc = s.get("final_accuracy")
     _say(progress, f"{head}{' (kept)' if not ran else ''}: "
                    f"{'accuracy %.3f' % acc if acc is not None else 'no evaluation'}, "
                    f"{s.get('total_steps')} steps ({s.get('stop_reason')})")
-    outcome.done.append(p)
+    return None
 
 
 def _say(progress: Progress, text: str, style: str | None = None) -> None:

@@ -1,0 +1,104 @@
+"""``--plan``: the planned runs and what they will cost, without running or writing anything.
+
+Estimated core-seconds per run (a rough guide for choosing ``--jobs`` and a machine, not a promise):
+
+* a run finished in the output folder with the same configuration: the ``cpu_s`` recorded in its
+  ``meta.json``;
+* a sim run not finished: the mean recorded ``cpu_s`` of this experiment's finished runs of the same algorithm
+  in the output folder; without any, ``SIM_SETUP_S + SIM_CPU_PER_WORKER_S * workers * max_time`` (the virtual
+  clock's cost grows with the steps simulated);
+* a procs run: its reserved cores (``parallel.reservation``) times ``max_time + PROCS_SETUP_S`` (its processes
+  run on the wall clock for ``stop.max_time``, after starting and calibrating);
+* a run without ``stop.max_time`` and no measurement: unknown.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgeml import rundir
+from edgeml.reproduce.execute import finished
+from edgeml.reproduce.parallel import reservation
+from edgeml.reproduce.plan import PlannedRun
+
+SIM_SETUP_S = 3.0
+SIM_CPU_PER_WORKER_S = 0.05
+PROCS_SETUP_S = 10.0
+
+
+@dataclass
+class PlanRow:
+    run: PlannedRun
+    backend: str
+    workers: int
+    max_time: float
+    cores: int  # reserved by the scheduler (at most --jobs)
+    finished: bool
+    selected: bool
+    estimate: float | None  # core-seconds; None: unknown
+    measured: bool  # the estimate is a finished run's own cpu_s
+
+
+def _cpu_s(path: Path) -> float | None:
+    try:
+        value = json.loads((path / rundir.META).read_text()).get("cpu_s")
+    except (OSError, ValueError):
+        return None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def plan_rows(planned: list[PlannedRun], selected: set[str], out: Path, quick: bool, jobs: int) -> list[PlanRow]:
+    """One row per planned run with its estimated core-seconds (see the module's docstring)."""
+    import copy
+
+    rows, by_algorithm = [], {}
+    for p in planned:
+        cfg = copy.deepcopy(p.cfg)
+        cfg.run.name, cfg.run.out = p.dirname, str(out / "runs")
+        path = out / "runs" / p.dirname
+        done = finished(path, cfg, quick)
+        cpu = _cpu_s(path) if done else None
+        if cpu is not None:
+            by_algorithm.setdefault(p.algorithm, []).append(cpu)
+        rows.append(PlanRow(p, cfg.run.backend, cfg.cluster.workers, float(cfg.stop.max_time),
+                            reservation(cfg, jobs), done, p.dirname in selected, cpu, cpu is not None))
+    for row in rows:
+        if row.measured:
+            continue
+        if row.backend == "procs":
+            row.estimate = row.cores * (row.max_time + PROCS_SETUP_S) if row.max_time else None
+        elif by_algorithm.get(row.run.algorithm):
+            seen = by_algorithm[row.run.algorithm]
+            row.estimate = sum(seen) / len(seen)
+        elif row.max_time:
+            row.estimate = SIM_SETUP_S + SIM_CPU_PER_WORKER_S * row.workers * row.max_time
+    return rows
+
+
+def _seconds(s: float | None) -> str:
+    return "?" if s is None else f"{s:,.0f}"
+
+
+def plan_table(paper: str, rows: list[PlanRow], jobs: int):
+    """The rows as a table for the terminal, and the total line."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=Text(f"{paper}: {len(rows)} planned runs"), title_justify="left")
+    for h in ("run", "seed", "backend", "workers", "max_time", "cores", "core-s", "finished"):
+        table.add_column(h, overflow="fold", justify="left" if h in ("run", "backend", "finished") else "right")
+    for r in rows:
+        state = "yes" if r.finished else ("no" if r.selected else "no (not selected by --only)")
+        table.add_row(Text(r.run.name), str(r.run.seed), r.backend, str(r.workers),
+                      f"{r.max_time:g}" if r.max_time else "-", str(r.cores),
+                      _seconds(r.estimate) + ("" if r.measured or r.estimate is None else " (est.)"), state)
+    todo = [r for r in rows if not r.finished and r.selected]
+    unknown = sum(r.estimate is None for r in rows)
+    total = sum(r.estimate or 0 for r in rows)
+    left = sum(r.estimate or 0 for r in todo)
+    line = (f"total: {total:,.0f} core-seconds for all {len(rows)} runs; {len(todo)} to run: {left:,.0f} "
+            f"core-seconds, about {left / jobs / 60:,.1f} min on {jobs} core(s)"
+            + (f"; {unknown} run(s) of unknown cost (no stop.max_time)" if unknown else ""))
+    return table, Text(line)

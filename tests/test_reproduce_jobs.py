@@ -1,0 +1,165 @@
+"""edgeml reproduce --jobs (runs side by side, the same results), --plan (costs, nothing written), --check (verdicts
+against the committed report) and each run's recorded cost (meta.json's wall_s and cpu_s)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from edgeml import cli
+from edgeml.reproduce import check, reproduce
+from edgeml.reproduce.load import load_experiment
+from edgeml.reproduce.parallel import needed_cores, reservation
+from edgeml.reproduce.plan import plan
+from test_reproduce import EXPERIMENT, edit  # the toy experiment
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def toy(tmp_path):
+    path = tmp_path / "toy.toml"
+    path.write_text(EXPERIMENT)
+    return str(path)
+
+
+def _files(out: Path, name: str) -> dict[str, bytes]:
+    return {p.parent.name: p.read_bytes() for p in sorted((out / "runs").glob(f"*/{name}"))}
+
+
+def _report(out: Path) -> list[str]:
+    return [line for line in (out / "REPORT.md").read_text().splitlines() if "edgeml reproduce" not in line]
+
+
+@pytest.mark.slow
+def test_jobs_give_the_results_of_a_serial_reproduction(tmp_path, toy):
+    serial, side = tmp_path / "serial", tmp_path / "side"
+    for out, jobs in ((serial, "1"), (side, "2")):
+        result = CliRunner().invoke(cli.app, ["reproduce", toy, "--quick", "--out", str(out), "--jobs", jobs])
+        assert result.exit_code == 0, result.output
+        assert "[6/6]" in result.output and result.output.count(": running ") == 6
+    assert len(_files(side, "evals.csv")) == 6
+    assert _files(side, "evals.csv") == _files(serial, "evals.csv")      # bit-identical sim runs
+    assert _files(side, "experiment.json") == _files(serial, "experiment.json")
+    assert (side / "compare.csv").read_bytes() == (serial / "compare.csv").read_bytes()
+    assert _report(side) == _report(serial)
+    for meta in (side / "runs").glob("*/meta.json"):
+        m = json.loads(meta.read_text())
+        assert m["wall_s"] > 0 and m["cpu_s"] > 0
+    # --resume after a driver that died mid-way: what did not finish runs again, in parallel
+    (side / "runs" / "ssp-tight-s1" / "summary.json").unlink()
+    result = CliRunner().invoke(cli.app, ["reproduce", toy, "--quick", "--out", str(side), "--jobs", "2", "--resume"])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("(kept)") == 5 and (side / "runs" / "ssp-tight-s1" / "summary.json").exists()
+    assert _files(side, "evals.csv") == _files(serial, "evals.csv")
+
+
+@pytest.mark.slow
+def test_a_failed_run_in_a_child_is_recorded_and_the_others_go_on(tmp_path, toy, monkeypatch):
+    plugins = str(ROOT / "tests" / "plugins")
+    monkeypatch.syspath_prepend(plugins)               # the runs' processes get this process's sys.path
+    monkeypatch.setenv("EDGEML_PLUGINS", "edgeml_faultplugins")  # the runs' processes load it
+    importlib.import_module("edgeml_faultplugins")                 # this one has its registry already
+    bad = edit(tmp_path, toy, 'algorithm = "ssp"\nconfig = { ssp = { staleness = 1 } }', 'algorithm = "fault-raises"')
+    result = CliRunner().invoke(cli.app, ["reproduce", bad, "--quick", "--seeds", "0", "--out",
+                                          str(tmp_path / "out"), "--jobs", "2"])
+    assert result.exit_code == 1, result.output
+    assert "1 of 3 runs failed" in result.output and "ssp-tight seed 0: FAILED" in result.output
+    report = (tmp_path / "out" / "REPORT.md").read_text()
+    assert "## Failed runs" in report and "| ssp-tight | 0 | RunFailed: run failed" in report
+    assert (tmp_path / "out" / "runs" / "ssp-tight-s0" / "error.txt").exists()
+    assert len((tmp_path / "out" / "compare.csv").read_text().splitlines()) == 3   # the two BSP runs
+
+
+def test_reservations_never_exceed_jobs(toy):
+    exp = load_experiment(toy)
+    sim = plan(exp, quick=True)[0].cfg
+    procs = plan(exp, quick=True, backend="procs")[0].cfg
+    assert needed_cores(sim) == 1 and reservation(sim, 4) == 1
+    assert needed_cores(procs) == 4                      # 2 workers and the PS, plus the monitor
+    assert reservation(procs, 2) == 2 and reservation(procs, 16) == 4
+
+
+def test_meta_records_the_runs_cost(tmp_path):
+    from edgeml.config import build_config
+    from edgeml.runner import run
+
+    cfg = build_config({"run": {"algorithm": "bsp", "backend": "sim", "out": str(tmp_path), "name": "r"},
+                        "cluster": {"workers": 2}, "stop": {"max_time": 1}})
+    meta = json.loads((run(cfg, quiet=True) / "meta.json").read_text())
+    assert meta["status"] == "completed"
+    assert 0 < meta["wall_s"] < 60 and 0 < meta["cpu_s"] < 60
+
+
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_bad_jobs_are_refused_with_one_line_and_nothing_written(tmp_path, toy, value):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli.app, ["reproduce", toy, "--quick", "--out", str(out), "--jobs", value])
+    assert result.exit_code == 2, result.output
+    assert f"--jobs {value}: give the number of cores to use, 1 or more" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_check_without_a_committed_report_is_refused_and_nothing_written(tmp_path, toy):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli.app, ["reproduce", toy, "--quick", "--check", "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "--check: nothing is committed for toy --quick" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_plan_lists_the_runs_and_writes_nothing(tmp_path, toy):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli.app, ["reproduce", toy, "--quick", "--plan", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    for name in ("bsp[cluster.hetero=H=1]", "bsp[cluster.hetero=1:3]", "ssp-tight"):
+        assert name in result.output
+    assert "6 planned runs" in result.output and "total:" in result.output and "6 to run" in result.output
+    assert not out.exists()
+    procs = CliRunner().invoke(cli.app, ["reproduce", toy, "--quick", "--plan", "--backend", "procs", "--jobs", "2",
+                                         "--out", str(out)])
+    # a procs run: its reserved cores (2 of 4 processes at --jobs 2) times max_time and its setup
+    assert procs.exit_code == 0 and "24 (est.)" in procs.output, procs.output
+
+
+@pytest.mark.slow
+def test_plan_counts_finished_runs_at_their_recorded_cost(tmp_path, toy):
+    out = reproduce(toy, quick=True, out=tmp_path / "out", seeds=[0])
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    result = CliRunner().invoke(cli.app, ["reproduce", toy, "--quick", "--seeds", "0", "--plan", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "0 to run" in result.output and "(est.)" not in result.output
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+
+
+def test_the_committed_reports_verdicts_parse_and_match_themselves():
+    for report in sorted(ROOT.glob("results/*/REPORT.md")) + sorted(ROOT.glob("results/*/quick/REPORT.md")):
+        rows = check.parse_verdicts(report.read_text())
+        assert rows, report
+        assert all(verdict and "**" not in verdict for _, _, verdict in rows), report
+    assert check.kind("holds (>= 65%)") == "holds" and check.kind("does not hold") == "does not hold"
+
+
+@pytest.mark.slow
+def test_check_compares_verdicts_with_the_committed_report(tmp_path, toy):
+    (tmp_path / "experiments").mkdir()
+    exp_file = tmp_path / "experiments" / "toy.toml"
+    shutil.copy(toy, exp_file)
+    committed = tmp_path / "results" / "toy" / "quick"
+    out = reproduce(str(exp_file), quick=True, out=committed, seeds=[0])   # commit a reproduction
+    args = ["reproduce", str(exp_file), "--quick", "--seeds", "0", "--check", "--jobs", "2",
+            "--out", str(tmp_path / "again")]
+    result = CliRunner().invoke(cli.app, args)
+    assert result.exit_code == 0 and "every verdict is as committed" in result.output, result.output
+    report = (out / "REPORT.md").read_text()
+    rows = check.parse_verdicts(report)
+    claim, _, verdict = rows[0]
+    (out / "REPORT.md").write_text(report.replace(f"**{verdict}**", "**stronger**", 1))
+    result = CliRunner().invoke(cli.app, [*args, "--resume"])
+    assert result.exit_code == 1, result.output
+    assert f"verdict changed: {claim}" in result.output and f"stronger -> {verdict}" in result.output
