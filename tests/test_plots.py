@@ -412,3 +412,13 @@ def test_a_setting_whose_value_holds_commas_names_its_line_whole():
     fig = plots.against(pd.DataFrame(rows), "cluster.workers", ["time"], {})
     assert sorted(t.get_text() for t in fig.legends[0].get_texts()) == ["bsp (cluster.hetero=[1, 2])",
                                                                         "bsp (cluster.hetero=[1, 3])"]
+
+
+def test_settings_whose_values_hold_commas_are_named_by_their_keys():
+    from edgeml.analysis.plots.style import Styles
+
+    a = "run.backend=procs,cluster.slowdowns=[{worker = 0, start = 10.0, end = 20.0, factor = 3.0}]"
+    b = "run.backend=sim,cluster.slowdowns=[]"
+    styles = Styles(["bsp"], [a, b])
+    assert styles.setting_title == "run.backend, cluster.slowdowns"
+    assert styles.setting_names[a] == "procs, [{worker = 0, start = 10.0, end = 20.0, factor = 3.0}]"

@@ -4,6 +4,8 @@ one figure. The helpers are the figure modules' own (underscored); the figures t
 
 from __future__ import annotations
 
+import re
+
 import math
 import textwrap
 from dataclasses import dataclass
@@ -63,6 +65,10 @@ def _order(df: pd.DataFrame, col: str) -> list:
     return list(dict.fromkeys(df[col])) if col in df else []
 
 
+SETTING_SEP = re.compile(r",(?=[\w-]+\.[\w-]+=)")
+"""Between the ``section.key=value`` terms of a setting (a value may hold commas: lists, tables)."""
+
+
 @dataclass
 class Styles:
     """Colour and marker per method, line style per setting, shared by every panel of one figure."""
@@ -76,7 +82,7 @@ class Styles:
         self.marker = {m: MARKERS[i % len(MARKERS)] for i, m in enumerate(self.methods)}
         self.dash = {s: DASHES[i % len(DASHES)] for i, s in enumerate(self.settings)}
         # settings that all set the same keys are named by their values, the keys titling the legend or axis
-        pairs = {s: [p.split("=", 1) for p in s.split(",")] if s else [] for s in self.settings}
+        pairs = {s: [p.split("=", 1) for p in SETTING_SEP.split(s)] if s else [] for s in self.settings}
         keys = {tuple(k for k, _ in kv) for s, kv in pairs.items() if s}
         same = len(keys) == 1 and all(pairs[s] for s in self.settings)
         self.setting_title = ", ".join(next(iter(keys))) if same else "setting"
