@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from edgeml import cli
 from edgeml.analysis import plots
 from edgeml.analysis.figures import write_figures
-from edgeml.analysis.plots.style import _spans
+from edgeml.analysis.plots.style import label_spans
 from edgeml.rundir import load_runs
 from test_report import make_run
 
@@ -323,7 +323,7 @@ def test_rounds_figure_with_seeds_of_equal_means():
     base = SERIES["rounds"].assign(iterations=0.37, run="esync", method="esync", setting="")
     fig = plots.rounds(pd.concat([base.assign(seed=s) for s in range(3)], ignore_index=True))
     assert sorted(round(p.get_height(), 6) for p in fig.axes[0].patches) == [0.37, 0.37]
-    assert (_spans([0.36999999999999994], [0.37], [0.37]) >= 0).all()
+    assert (label_spans([0.36999999999999994], [0.37], [0.37]) >= 0).all()
 
 
 def test_series_figures_come_from_the_registry(tmp_path, monkeypatch):

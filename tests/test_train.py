@@ -38,16 +38,16 @@ class _OldTrainer:
         self.batch_size = min(batch_size, len(index))
         self.device = device
         self._gen = torch.Generator().manual_seed(seed)
-        self._order = torch.empty(0, dtype=torch.long)
+        self.order_of = torch.empty(0, dtype=torch.long)
         self._pos = 0
         self.epoch = 0
 
     def next_batch(self):
-        if self._pos + self.batch_size > len(self._order):
-            self._order = self.index[torch.randperm(len(self.index), generator=self._gen)]
+        if self._pos + self.batch_size > len(self.order_of):
+            self.order_of = self.index[torch.randperm(len(self.index), generator=self._gen)]
             self._pos = 0
             self.epoch += 1
-        sel = self._order[self._pos:self._pos + self.batch_size]
+        sel = self.order_of[self._pos:self._pos + self.batch_size]
         self._pos += self.batch_size
         return self.x[sel].to(self.device), self.y[sel].to(self.device)
 

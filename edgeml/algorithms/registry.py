@@ -57,7 +57,7 @@ def roles_of(cfg) -> dict[str, list[int]]:
     return roles
 
 
-def _load_plugins() -> None:
+def load_plugins() -> None:
     """Import the modules named in ``EDGEML_PLUGINS`` (comma-separated), which register more algorithms.
 
     Spawned worker processes inherit the variable, so a plugin algorithm runs on every backend.

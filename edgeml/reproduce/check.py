@@ -74,7 +74,7 @@ def kind(verdict: str) -> str:
 
 def compare_verdicts(committed: Committed, results: list[Result]) -> list[tuple[str, str, str, str]]:
     """(claim, at, committed verdict, new verdict) for every claim whose verdict changed, appeared or went."""
-    from edgeml.reproduce.render import _at
+    from edgeml.reproduce.render import claim_at
 
     def keyed(rows):
         seen: dict[tuple[str, str], int] = {}
@@ -85,7 +85,7 @@ def compare_verdicts(committed: Committed, results: list[Result]) -> list[tuple[
         return out
 
     old = keyed(committed.verdicts)
-    new = keyed((r.claim, _at(r), r.verdict) for r in results)
+    new = keyed((r.claim, claim_at(r), r.verdict) for r in results)
     changed = []
     for key in list(old) + [k for k in new if k not in old]:
         before, after = old.get(key, "(not in the committed report)"), new.get(key, "(not measured)")

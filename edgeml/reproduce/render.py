@@ -145,11 +145,12 @@ def claims_table(exp: Experiment, quick: bool, results: list[Result]) -> Table:
         table.add_column(h, overflow="fold")
     for r in results:
         style = {"holds": "green", "weaker": "yellow", "stronger": "yellow"}.get(r.verdict.split(" (")[0], "red")
-        table.add_row(escape(r.claim), escape(_at(r)), str(r.n), escape(r.measured), f"[{style}]{escape(r.verdict)}[/]")
+        table.add_row(escape(r.claim), escape(claim_at(r)), str(r.n), escape(r.measured),
+                      f"[{style}]{escape(r.verdict)}[/]")
     return table
 
 
-def _at(r: Result) -> str:
+def claim_at(r: Result) -> str:
     """Where a result was measured: the sweep point and the target ("cluster.hetero=H=1.6; loss<=0.9")."""
     return "; ".join(filter(None, (r.at, r.target))) or "-"
 
@@ -177,7 +178,8 @@ def _verdicts(r: Report) -> list[str]:
     if not r.results:
         return ["## Verdicts", "", "(the experiment file lists no claims)", ""]
     sections = {g: r.exp.figures[g].title if g else "Figures" for g in r.figures}
-    rows = [[x.claim, _at(x), f"**{x.verdict}**", _link(sections.get(x.figure or "", "Figures"))] for x in r.results]
+    rows = [[x.claim, claim_at(x), f"**{x.verdict}**", _link(sections.get(x.figure or "", "Figures"))]
+            for x in r.results]
     return ["## Verdicts", "", md_table(["claim", "at", "verdict", "section"], rows), "", VERDICT_NOTE, ""]
 
 
@@ -215,7 +217,7 @@ def _figure_sections(r: Report) -> list[str]:
 def _claims_table(results: list[Result]) -> str:
     rows, last = [], None
     for r in results:
-        rows.append(["" if r.claim == last else r.claim, r.paper, _at(r), str(r.n), r.measured, r.resolution,
+        rows.append(["" if r.claim == last else r.claim, r.paper, claim_at(r), str(r.n), r.measured, r.resolution,
                      f"**{r.verdict}**"])
         last = r.claim
     return md_table(["the paper says", "paper", "at", "n", "measured [95% CI]", "resolution", "verdict"], rows)

@@ -13,7 +13,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullLocator
 
-from edgeml.analysis.plots.style import Styles, _figure, _order, _spans, _title
+from edgeml.analysis.plots.style import Styles, new_figure, order_of, label_spans, panel_title
 from edgeml.analysis.stats import bootstrap_ci
 
 
@@ -59,14 +59,14 @@ def against(df: pd.DataFrame, x: str, ys: list[str], labels: dict[str, str], con
     st = Styles.of(df)
     ncols = min(len(ys), 3)
     nrows = math.ceil(len(ys) / ncols)
-    fig, axes = _figure(nrows, ncols, max(6.0, 4.6 * ncols), 3.6 * nrows + 1.0)
+    fig, axes = new_figure(nrows, ncols, max(6.0, 4.6 * ncols), 3.6 * nrows + 1.0)
     # a method run without a sweep beside swept ones (a centralized reference) is a level, not a point at its x
     swept = df["point"].astype(str) != ""
     reference = {m for m in st.methods if swept.any() and not swept[df["method"] == m].any()}
     placed = df[~df["method"].isin(reference)]
     numeric = pd.to_numeric(placed[x], errors="coerce").notna().all()
     xs_all = pd.to_numeric(placed[x], errors="coerce") if numeric else None
-    values = np.unique(xs_all.to_numpy(float)) if numeric else np.arange(len(_order(placed, "point")), dtype=float)
+    values = np.unique(xs_all.to_numpy(float)) if numeric else np.arange(len(order_of(placed, "point")), dtype=float)
     logx = bool(numeric and values.min() > 0 and values.max() / values.min() >= 8)
     # at a swept setting's values, methods side by side (dodged by up to a quarter of the gap between values),
     # so that methods with equal results do not hide each other; a measured x stays where it was measured
@@ -102,8 +102,8 @@ def against(df: pd.DataFrame, x: str, ys: list[str], labels: dict[str, str], con
                     xm = xl = xh = shifted(xm, method)
                 ym, yl, yh = bootstrap_ci(yv)
                 pts.append((xm, ym))
-                ax.errorbar(xm, ym, yerr=None if censored else _spans(ym, yl, yh),
-                            xerr=_spans(xm, xl, xh) if xh > xl else None, color=st.colour[method],
+                ax.errorbar(xm, ym, yerr=None if censored else label_spans(ym, yl, yh),
+                            xerr=label_spans(xm, xl, xh) if xh > xl else None, color=st.colour[method],
                             marker=st.marker[method], mfc="white" if censored else st.colour[method], capsize=3,
                             lw=0, elinewidth=1.1, ms=7)
                 if censored:
@@ -121,7 +121,7 @@ def against(df: pd.DataFrame, x: str, ys: list[str], labels: dict[str, str], con
                 ax.xaxis.set_minor_locator(NullLocator())
             ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         if not numeric:
-            points = _order(df, "point")
+            points = order_of(df, "point")
             ax.set_xticks(range(len(points)), [p.split("=", 1)[-1] for p in points])
         ax.set_xlabel(labels.get(x, x))
         ax.set_ylabel(labels.get(y, y))
@@ -129,5 +129,5 @@ def against(df: pd.DataFrame, x: str, ys: list[str], labels: dict[str, str], con
     for ax in axes[len(ys):]:
         ax.set_visible(False)
     st.legend(fig, lines=False)
-    _title(fig, f"Against {labels.get(x, x)}: mean over seeds with 95% bootstrap intervals", context)
+    panel_title(fig, f"Against {labels.get(x, x)}: mean over seeds with 95% bootstrap intervals", context)
     return fig

@@ -12,8 +12,8 @@ import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from edgeml.analysis.plots.style import (MAX_TICK_LABELS, MAX_WIDTH, PARTS, Styles, _figure, _order, _spans, _title,
-                                         _wrap)
+from edgeml.analysis.plots.style import (MAX_TICK_LABELS, MAX_WIDTH, PARTS, Styles, label_spans, new_figure,
+                                         order_of, panel_title, wrap_label)
 from edgeml.analysis.stats import bootstrap_ci
 
 
@@ -33,7 +33,7 @@ def _bar(ax, x: float, width: float, lo: np.ndarray, hi: np.ndarray, colour) -> 
         ax.annotate(">", (x, mean), xytext=(0, 2), textcoords="offset points", ha="center", va="bottom",
                     fontsize=12, fontweight="bold", color=colour)
     elif ci_hi > ci_lo:
-        ax.errorbar(x, mean, _spans(mean, ci_lo, ci_hi), color="0.15", capsize=3, lw=1.1)
+        ax.errorbar(x, mean, label_spans(mean, ci_lo, ci_hi), color="0.15", capsize=3, lw=1.1)
     return max(mean, ci_hi if not censored else mean)
 
 
@@ -46,10 +46,11 @@ def bars(reach: pd.DataFrame, target: str, context: str = "") -> Figure:
     grouped = len(st.settings) > 1
     groups = st.settings if grouped else [""]
     # a group of bars is as wide as its methods need, and at least as wide as its tick label's longest line
-    label_in = max((len(line) for s in groups for line in _wrap(st.setting_names[s]).split("\n")), default=0) * 0.085
+    lines = [line for s in groups for line in wrap_label(st.setting_names[s]).split("\n")]
+    label_in = max(map(len, lines), default=0) * 0.085
     group_in = max(0.9 * len(st.methods), label_in + 0.2) if grouped else 0.9 * len(st.methods)
     fig_in = min(MAX_WIDTH, max(8.0, 2 * (1.0 + group_in * (len(groups) if grouped else 1))))
-    fig, axes = _figure(1, 2, fig_in, 4.4)
+    fig, axes = new_figure(1, 2, fig_in, 4.4)
     # where the widest figure still leaves a group less room than its label needs, the labels lean instead
     lean = grouped and (fig_in / 2 - 1.0) / len(groups) < label_in + 0.1
     width = 0.8 / len(st.methods)
@@ -64,7 +65,7 @@ def bars(reach: pd.DataFrame, target: str, context: str = "") -> Figure:
                 top = max(top, _bar(ax, x, width if grouped else 0.7, d[f"{q}_lo"].to_numpy(float),
                                     d[f"{q}_hi"].to_numpy(float), st.colour[method]))
         ticks = [st.setting_names[s] for s in groups] if grouped else st.methods
-        ax.set_xticks(range(len(ticks)), [_wrap(t) for t in ticks])
+        ax.set_xticks(range(len(ticks)), [wrap_label(t) for t in ticks])
         if lean or (not grouped and max(map(len, ticks)) > 8):  # long names lean rather than overlap
             ax.tick_params(axis="x", labelrotation=25)
             for tick in ax.get_xticklabels():
@@ -78,18 +79,18 @@ def bars(reach: pd.DataFrame, target: str, context: str = "") -> Figure:
     handles = [Patch(facecolor="0.6", alpha=0.45, hatch="//", edgecolor="0.4", label="> never reached (at budget)")]
     if (np.isinf(reach[["time_hi", "steps_hi"]].to_numpy(float))).any():
         axes[1].legend(handles=handles, loc="upper right", fontsize=8, frameon=False)
-    _title(fig, f"Convergence time and steps until {target}", context)
+    panel_title(fig, f"Convergence time and steps until {target}", context)
     return fig
 
 
 def time_breakdown(nodes: pd.DataFrame, context: str = "") -> Figure:
     """Stacked bars per worker: shares of computation, communication and waiting; one panel per run."""
-    runs = _order(nodes, "run")
+    runs = order_of(nodes, "run")
     ncols = min(len(runs), 3)
     nrows = math.ceil(len(runs) / ncols)
     most = int(nodes.groupby("run")["worker"].nunique().max())
     panel = min(MAX_WIDTH / ncols, max(3.6, 0.3 * most))
-    fig, axes = _figure(nrows, ncols, panel * ncols, 3.2 * nrows + 1.3)
+    fig, axes = new_figure(nrows, ncols, panel * ncols, 3.2 * nrows + 1.3)
     for ax, run in zip(axes, runs):
         d = nodes[nodes["run"] == run]
         x = np.arange(len(d))
@@ -110,14 +111,14 @@ def time_breakdown(nodes: pd.DataFrame, context: str = "") -> Figure:
         ax.set_visible(False)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncols=3, frameon=False)
-    _title(fig, "Where each worker's time goes", context)
+    panel_title(fig, "Where each worker's time goes", context)
     return fig
 
 
 def throughput(summary: pd.DataFrame, context: str = "") -> Figure:
     """Bars per run: training throughput (samples/s) and traffic (MB/s); seeds give 95% bootstrap error bars."""
-    runs = _order(summary, "run")
-    fig, axes = _figure(1, 2, 11, 1.6 + 0.42 * len(runs))
+    runs = order_of(summary, "run")
+    fig, axes = new_figure(1, 2, 11, 1.6 + 0.42 * len(runs))
     colours = dict(zip(runs, sns.color_palette("tab10" if len(runs) <= 10 else "husl", len(runs))))
     for ax, (value, scale, label) in zip(axes, (("samples_per_s", 1.0, "training throughput (samples/s)"),
                                                 ("bytes_per_s", 1e6, "traffic, all nodes (MB/s)"))):
@@ -126,10 +127,10 @@ def throughput(summary: pd.DataFrame, context: str = "") -> Figure:
             mean, lo, hi = bootstrap_ci(v)
             ax.barh(i, mean, color=colours[run], height=0.7)
             if hi > lo:
-                ax.errorbar(mean, i, xerr=_spans(mean, lo, hi), color="0.15", capsize=3, lw=1.1)
+                ax.errorbar(mean, i, xerr=label_spans(mean, lo, hi), color="0.15", capsize=3, lw=1.1)
         ax.set_yticks(range(len(runs)), [textwrap.fill(r, 34) for r in runs] if ax is axes[0] else [""] * len(runs),
                       fontsize=8)
         ax.invert_yaxis()
         ax.set_xlabel(label)
-    _title(fig, "Training throughput and network traffic per run", context)
+    panel_title(fig, "Training throughput and network traffic per run", context)
     return fig

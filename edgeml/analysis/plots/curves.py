@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from edgeml.analysis.plots.style import GRID_POINTS, X_AXES, X_NAMES, Styles, _figure, _title
+from edgeml.analysis.plots.style import GRID_POINTS, X_AXES, X_NAMES, Styles, new_figure, panel_title
 from edgeml.analysis.stats import bootstrap_band
 
 
@@ -33,7 +33,7 @@ def convergence(evals: pd.DataFrame, x: str = "time_s", context: str = "") -> Fi
     """Test accuracy and loss against ``x`` (time_s, total_steps, total_mb or ingress_mb): a line per run, colour and
     marker by method, line style by setting, a 95% band over seeds."""
     st = Styles.of(evals)
-    fig, axes = _figure(1, 2, 11, 4.6)
+    fig, axes = new_figure(1, 2, 11, 4.6)
     for _, g in evals.groupby("run", sort=False):
         method, setting = g["method"].iloc[0], g["setting"].iloc[0]
         m = st.methods.index(method)
@@ -65,7 +65,7 @@ def convergence(evals: pd.DataFrame, x: str = "time_s", context: str = "") -> Fi
         axes[1].set_yscale("log")
         axes[1].set_ylabel("test loss (log scale)")
     st.legend(fig)
-    _title(fig, f"Test accuracy and loss of the global model against {X_NAMES[x]}", context)
+    panel_title(fig, f"Test accuracy and loss of the global model against {X_NAMES[x]}", context)
     return fig
 
 
@@ -76,7 +76,7 @@ def cost_per_iteration(evals: pd.DataFrame, context: str = "") -> Figure:
     iterations apart: the counter and the bytes are read at slightly different moments (in procs, of different
     processes), and over one or two iterations that alone makes the ratio zig-zag."""
     st = Styles.of(evals)
-    fig, axes = _figure(1, 2, 11, 4.6)
+    fig, axes = new_figure(1, 2, 11, 4.6)
     parts = []
     for _, s in evals.sort_values("time_s").groupby(["run", "seed"], sort=False):
         s = s.drop_duplicates("iterations", keep="last")
@@ -101,7 +101,7 @@ def cost_per_iteration(evals: pd.DataFrame, context: str = "") -> Figure:
     axes[0].set_title("communication per iteration")
     axes[1].set_title("total communication")
     st.legend(fig)
-    _title(fig, "Communication cost against iterations", context)
+    panel_title(fig, "Communication cost against iterations", context)
     return fig
 
 

@@ -14,13 +14,13 @@ import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from edgeml.analysis.plots.style import HATCHES, MARKERS, Styles, _figure, _order, _spans, _title
+from edgeml.analysis.plots.style import HATCHES, MARKERS, Styles, new_figure, order_of, label_spans, panel_title
 
 
 def staleness(df: pd.DataFrame, context: str = "") -> Figure:
     """Histogram of the staleness of applied updates, one colour per run."""
-    runs = _order(df, "run")
-    fig, axes = _figure(1, 1, 8, 4.8)
+    runs = order_of(df, "run")
+    fig, axes = new_figure(1, 1, 8, 4.8)
     sns.histplot(data=df, x="staleness", hue="run", hue_order=runs, discrete=True,
                  palette=dict(zip(runs, sns.color_palette("tab10" if len(runs) <= 10 else "husl", len(runs)))),
                  stat="probability", common_norm=False, multiple="dodge", shrink=0.85, ax=axes[0])
@@ -33,7 +33,7 @@ def staleness(df: pd.DataFrame, context: str = "") -> Figure:
         legend.remove()
         fig.legend(handles, labels, title="run", loc="outside lower center", frameon=False,
                    ncols=max(1, min(len(labels), int(fig.get_figwidth() * 11) // (max(map(len, labels)) + 6))))
-    _title(fig, "Staleness of the updates applied by the parameter server", context)
+    panel_title(fig, "Staleness of the updates applied by the parameter server", context)
     return fig
 
 
@@ -41,11 +41,11 @@ def staleness_hist(df: pd.DataFrame, context: str = "") -> Figure:
     """Histograms of staleness in power-of-two bins (rows ``updates, kind, lo, hi, count``, cumulative: the last
     write of each run and seed counts), summed over seeds, one line per run: the global staleness of each update
     and, where logged, the per-parameter staleness of each received entry (adacomp.txt Eq. 3)."""
-    runs = _order(df, "run")
+    runs = order_of(df, "run")
     colours = dict(zip(runs, sns.color_palette("tab10" if len(runs) <= 10 else "husl", len(runs))))
     last = df[df["updates"] == df.groupby(["run", "seed"])["updates"].transform("max")]
     kinds = [k for k in ("global", "parameter") if k in set(last["kind"])]
-    fig, axes = _figure(1, len(kinds), 5.5 * len(kinds), 4.6)
+    fig, axes = new_figure(1, len(kinds), 5.5 * len(kinds), 4.6)
     titles = {"global": ("global staleness of each update", "fraction of updates"),
               "parameter": ("per-parameter staleness sigma_k of each received entry", "fraction of entries")}
     for ax, kind in zip(axes, kinds):
@@ -68,7 +68,7 @@ def staleness_hist(df: pd.DataFrame, context: str = "") -> Figure:
         labels += [lab for _, lab in extra]
     fig.legend(handles, labels, title="run", loc="outside lower center", frameon=False,
                ncols=max(1, min(len(labels), int(fig.get_figwidth() * 11) // (max(map(len, labels)) + 6))))
-    _title(fig, "Staleness distributions at the parameter server", context)
+    panel_title(fig, "Staleness distributions at the parameter server", context)
     return fig
 
 
@@ -86,7 +86,7 @@ def decisions(df: pd.DataFrame, context: str = "") -> Figure:
     names = list(dict.fromkeys(df["name"]))
     ncols = min(len(names), 2)
     nrows = math.ceil(len(names) / ncols)
-    fig, axes = _figure(nrows, ncols, max(7.0, 5.5 * ncols), 2.8 * nrows + 1.4)
+    fig, axes = new_figure(nrows, ncols, max(7.0, 5.5 * ncols), 2.8 * nrows + 1.4)
     for ax, name in zip(axes, names):
         d = df[df["name"] == name]
         units = list(d.groupby(["run", "seed", "rank"], sort=False))
@@ -105,7 +105,7 @@ def decisions(df: pd.DataFrame, context: str = "") -> Figure:
     for ax in axes[len(names):]:
         ax.set_visible(False)
     st.legend(fig)
-    _title(fig, "Quantities the algorithms decided as they ran (one line or point set per node and seed)",
+    panel_title(fig, "Quantities the algorithms decided as they ran (one line or point set per node and seed)",
            context)
     return fig
 
@@ -117,7 +117,7 @@ def commits(df: pd.DataFrame, context: str = "") -> Figure:
     rows are grouped by the ``checkpoint`` column, drawn at the checkpoint's first timestamp. Theorem 2 of
     adsp.txt: with commit rates dC_i = C_target - c_i, all workers' counts stay roughly equal."""
     st = Styles.of(df)
-    fig, axes = _figure(1, 2, 11, 4.6)
+    fig, axes = new_figure(1, 2, 11, 4.6)
     at = df.groupby(["run", "seed", "checkpoint"])["time_s"].transform("min")
     df = df.assign(time_s=at)
     for _, d in df.groupby("run", sort=False):
@@ -141,7 +141,7 @@ def commits(df: pd.DataFrame, context: str = "") -> Figure:
     axes[1].yaxis.set_major_locator(MaxNLocator(integer=True))
     axes[1].set_ylim(-0.15, max(1.0, float(spread["spread"].max())) + 0.5)  # a spread of 0 stays visible
     st.legend(fig, lines=False)
-    _title(fig, "Commit counts of the workers at each checkpoint (adsp.txt Theorem 2)", context)
+    panel_title(fig, "Commit counts of the workers at each checkpoint (adsp.txt Theorem 2)", context)
     return fig
 
 
@@ -149,7 +149,7 @@ def trials(df: pd.DataFrame, context: str = "") -> Figure:
     """The online search of adsp.txt Alg. 1: each trial's reward against the commit rate it tried, a line per
     search (epoch) and run; the search stops at the first rate whose reward is lower."""
     st = Styles.of(df)
-    fig, axes = _figure(1, 1, 8, 4.8)
+    fig, axes = new_figure(1, 1, 8, 4.8)
     data = df.drop_duplicates(["run", "seed", "epoch", "rate"]).sort_values(["run", "seed", "epoch", "rate"])
     for (_, _, _), g in data.groupby(["run", "seed", "epoch"], sort=False):
         method = g["method"].iloc[0]
@@ -158,7 +158,7 @@ def trials(df: pd.DataFrame, context: str = "") -> Figure:
     axes[0].set_ylabel("reward (1 / predicted time to the target loss)")
     axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))
     st.legend(fig, lines=False)
-    _title(fig, "Rewards of the commit-rate search, a line per epoch (adsp.txt Alg. 1)", context)
+    panel_title(fig, "Rewards of the commit-rate search, a line per epoch (adsp.txt Alg. 1)", context)
     return fig
 
 
@@ -167,7 +167,7 @@ def rounds(df: pd.DataFrame, context: str = "") -> Figure:
     the longest it waited at an aggregation against its capability (the duration of one of its iterations;
     esync.txt Alg. 2 keeps the wait below the capability plus the State Server's epsilon)."""
     st = Styles.of(df)
-    fig, axes = _figure(1, 2, 11, 4.6)
+    fig, axes = new_figure(1, 2, 11, 4.6)
     df = df.assign(device=df["rank"] - df.groupby("run")["rank"].transform("min"))
     per = (df.groupby(["run", "method", "setting", "seed", "device"], sort=False)
            .agg(iterations=("iterations", "mean"), wait=("wait_s", "max"), capability=("capability", "median"))
@@ -181,7 +181,7 @@ def rounds(df: pd.DataFrame, context: str = "") -> Figure:
         colour = st.colour[d["method"].iloc[0]]
         x = d["device"] + (k - (len(runs) - 1) / 2) * width
         axes[0].bar(x, d["iterations"], width, color=colour, alpha=0.8, label=run, hatch=HATCHES[k % len(HATCHES)],
-                    edgecolor="white", yerr=_spans(d["iterations"], d["lo"], d["hi"]), capsize=2)
+                    edgecolor="white", yerr=label_spans(d["iterations"], d["lo"], d["hi"]), capsize=2)
         m = per[per["run"] == run]
         axes[1].plot(m["capability"], m["wait"], lw=0, marker=st.marker[d["method"].iloc[0]], color=colour, ms=6)
     axes[0].set_xlabel("device (in rank order)")
@@ -193,7 +193,7 @@ def rounds(df: pd.DataFrame, context: str = "") -> Figure:
     axes[1].set_ylabel("longest wait at an aggregation (s)")
     axes[1].set_title("one point per device and seed; dashed: wait = capability")
     axes[0].legend(title="run", frameon=False, fontsize=8)
-    _title(fig, "Local iterations per round and waiting at aggregation, per device", context)
+    panel_title(fig, "Local iterations per round and waiting at aggregation, per device", context)
     return fig
 
 
@@ -211,7 +211,7 @@ def epochs(df: pd.DataFrame, context: str = "") -> Figure:
     st = Styles.of(df)
     predicted = df[df["predicted_s"] > 0] if "predicted_s" in df else df.iloc[:0]
     loaded = predicted.dropna(subset=list(LOAD_COLUMNS)) if set(LOAD_COLUMNS) <= set(df) else predicted.iloc[:0]
-    fig, axes = _figure(1, 3 if len(loaded) else 2, 17 if len(loaded) else 11, 4.6)
+    fig, axes = new_figure(1, 3 if len(loaded) else 2, 17 if len(loaded) else 11, 4.6)
     df = df.assign(platform=df["rank"] - df.groupby("run")["rank"].transform("min"))
     for run, d in df.groupby("run", sort=False):
         method = d["method"].iloc[0]
@@ -236,7 +236,7 @@ def epochs(df: pd.DataFrame, context: str = "") -> Figure:
         _error_against_load(axes[2], loaded, st)
     st.legend(fig)
     title = "Data ratio per platform and epoch; predicted against measured epoch times"
-    _title(fig, title + ("; prediction error against co-running load" if len(loaded) else ""), context)
+    panel_title(fig, title + ("; prediction error against co-running load" if len(loaded) else ""), context)
     return fig
 
 

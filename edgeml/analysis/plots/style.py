@@ -35,14 +35,14 @@ MAX_WIDTH = 14.0     # inches; at 150 dpi a figure is at most 2100 px wide
 MAX_TICK_LABELS = 12  # per axis: more worker labels are thinned out
 
 
-def _spans(mid, lo, hi) -> np.ndarray:
+def label_spans(mid, lo, hi) -> np.ndarray:
     """Error-bar lengths [below, above] around ``mid`` for an interval [lo, hi] (scalars or arrays): clipped at 0,
     because a mean of equal values can land an ulp outside their range and matplotlib refuses negative lengths."""
     mid, lo, hi = (np.atleast_1d(np.asarray(v, dtype=float)) for v in (mid, lo, hi))
     return np.clip(np.vstack([mid - lo, hi - mid]), 0.0, None)
 
 
-def _figure(nrows: int, ncols: int, width: float, height: float) -> tuple[Figure, list]:
+def new_figure(nrows: int, ncols: int, width: float, height: float) -> tuple[Figure, list]:
     # A bare Figure (no pyplot) leaves no global state behind, so many figures never pile up in memory.
     with sns.axes_style("whitegrid"), sns.plotting_context("notebook", font_scale=0.85):
         fig = Figure(figsize=(min(width, MAX_WIDTH), height), layout="constrained")
@@ -50,18 +50,18 @@ def _figure(nrows: int, ncols: int, width: float, height: float) -> tuple[Figure
     return fig, axes
 
 
-def _title(fig: Figure, text: str, context: str) -> None:
+def panel_title(fig: Figure, text: str, context: str) -> None:
     width = max(40, int(fig.get_figwidth() * 11))  # characters that fit at this font size
     lines = textwrap.wrap(text, width) + (textwrap.wrap(context, width) if context else [])
     fig.suptitle("\n".join(lines), fontsize=11)
 
 
-def _wrap(text: str, width: int = 18) -> str:
+def wrap_label(text: str, width: int = 18) -> str:
     """A tick label on several lines: one per part of a setting, long parts folded at word boundaries."""
     return "\n".join(textwrap.fill(part, width, break_long_words=False) for part in text.split(", "))
 
 
-def _order(df: pd.DataFrame, col: str) -> list:
+def order_of(df: pd.DataFrame, col: str) -> list:
     return list(dict.fromkeys(df[col])) if col in df else []
 
 
@@ -91,7 +91,7 @@ class Styles:
 
     @classmethod
     def of(cls, df: pd.DataFrame) -> "Styles":
-        return cls(_order(df, "method"), _order(df, "setting"))
+        return cls(order_of(df, "method"), order_of(df, "setting"))
 
     def legend(self, fig: Figure, lines: bool = True) -> None:
         """Methods (colour and marker) and, when several, settings (line style), below the panels."""
