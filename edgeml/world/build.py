@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from edgeml.errors import UserError
-from edgeml.world import topology
+import edgeml.world.topology as topology
 from edgeml.world.load import RESOURCES, Workload
 from edgeml.world.model import Slowdown, World
 from edgeml.world.profiles import speeds

@@ -50,7 +50,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from edgeml.world import topology
+import edgeml.world.topology as topology
 from edgeml.world.load import RESOURCES, Load, Workload, fair_share
 
 
