@@ -36,7 +36,9 @@ def _imports(name: str, path: Path) -> set[str]:
             if not base.startswith("edgeml"):
                 continue
             subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in modules]
-            out.update(subs or [base])
+            out.update(subs)
+            if name != base:  # importing from a package runs its __init__ first
+                out.add(base)
     return {m for m in out if m != name}
 
 
