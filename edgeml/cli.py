@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from edgeml.schema import COMMON_SECTIONS, ClusterSection, DataSection, RunSection, StopSection, range_of
-from edgeml.errors import Interrupted, RunFailed, UserError
+from edgeml.errors import Interrupted, RunFailed, UserError, interrupt_handled
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Reproduce and compare distributed training schemes across heterogeneous edge devices. "
@@ -39,6 +39,7 @@ def command(*args, **kwargs):
                 err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
                 raise typer.Exit(2) from None
             except KeyboardInterrupt as exc:
+                interrupt_handled()
                 path = getattr(exc, "path", None)
                 if path is not None:  # a run directory holds what was measured: its path, last on stdout as ever
                     err.print(f"[yellow]interrupted[/yellow]: what was measured so far is in {escape(str(path))}",
@@ -385,6 +386,15 @@ def _stop_on_signals() -> None:
 
 
 def main() -> None:
+    try:
+        _main()
+    except KeyboardInterrupt:  # before or after a command ran (building the command table, loading plugins)
+        interrupt_handled()
+        err.print("[yellow]interrupted[/yellow] before the run started: no run directory was made")
+        sys.exit(130)
+
+
+def _main() -> None:
     try:  # recent typer vendors click
         from typer._click.exceptions import ClickException
     except ImportError:

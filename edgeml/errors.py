@@ -23,3 +23,13 @@ class RunFailed(RuntimeError):
     """A run (or some runs of a reproduction) failed after writing what it measured; the node's traceback is in
     the run directory's ``error.txt``. The command line prints the message and exits with code 1. Any other
     exception is a bug in edgeml and keeps its traceback."""
+
+
+def interrupt_handled() -> None:
+    """Tell the interpreter that the KeyboardInterrupt just caught was handled, so the exit code is ours.
+
+    CPython remembers a KeyboardInterrupt that escaped an ``exec`` of source text, even one caught later, and at
+    exit kills itself with SIGINT whatever ``sys.exit`` said. Dataclasses and namedtuples ``exec`` their methods
+    while modules import, so a Ctrl-C during torch's import lands there. Evaluating an empty text resets that
+    memory: the next run returns 130 as the command line says."""
+    exec("")
