@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Quick reproduction of every paper that has an experiment file; CI runs it so the claims stay honest.
+# Quick reproduction of every paper that has an experiment file, each claim's verdict checked against the
+# committed results/<paper>/quick/REPORT.md (--check); CI runs it so the claims stay honest.
 # Usage: scripts/reproduce_quick.sh [OUT_DIR]   (default: a fresh temporary folder; $PYTHON picks the interpreter)
 # Every experiment runs even when one fails (a failed run or reproduction is reported and ends the script
 # with exit code 1 after the others); each prints its wall time, so CI's budget stays visible.
@@ -30,9 +31,12 @@ for file in "${experiments[@]}"; do
     echo "== $paper: skipped (ci = false in its [experiment])"
     continue
   fi
+  # each verdict is checked against the committed quick report (exit 1 on a change); a paper without one runs unchecked
+  check=()
+  if [ -f "$root/results/$paper/quick/REPORT.md" ]; then check=(--check); else echo "== $paper: no committed results/$paper/quick/REPORT.md, verdicts unchecked"; fi
   echo "== $paper (quick) -> $out/$paper"
   start=$SECONDS
-  "$python" -m edgeml reproduce "$paper" --quick --out "$out/$paper" || failed+=("$paper")
+  "$python" -m edgeml reproduce "$paper" --quick --out "$out/$paper" "${check[@]}" || failed+=("$paper")
   echo "== $paper: $((SECONDS - start)) s"
 done
 echo "quick reproductions written to $out"
