@@ -163,3 +163,69 @@ def test_check_compares_verdicts_with_the_committed_report(tmp_path, toy):
     result = CliRunner().invoke(cli.app, [*args, "--resume"])
     assert result.exit_code == 1, result.output
     assert f"verdict changed: {claim}" in result.output and f"stronger -> {verdict}" in result.output
+
+
+def _descendants(pid: int) -> set[int]:
+    """The live processes below ``pid`` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = set(), [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.add(c)
+            todo.append(c)
+    return out
+
+
+def _alive(pids: set[int]) -> set[int]:
+    out = set()
+    for p in pids:
+        try:
+            state = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            out.add(p)
+    return out
+
+
+@pytest.mark.slow
+def test_a_killed_driver_leaves_no_run_going_and_resume_finishes_the_rest(tmp_path, toy):
+    """SIGKILL to the driver mid-reproduction (no chance to clean up): its runs die with it, the runs that
+    finished stay as they were, and --resume runs only the rest."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    args = ["reproduce", toy, "--quick", "--seeds", "0,1,2,3", "--out", str(out), "--jobs", "2"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    driver = subprocess.Popen([sys.executable, "-m", "edgeml", *args], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 180
+    while not list((out / "runs").glob("*/summary.json")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    running = _descendants(driver.pid)
+    driver.kill()
+    driver.wait()
+    finished = {p.parent.name: p.read_bytes() for p in (out / "runs").glob("*/evals.csv")
+                if (p.parent / "summary.json").exists()}
+    assert 1 <= len(finished) < 12
+    deadline = time.monotonic() + 15
+    while _alive(running) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(running), "a run outlived its killed driver"
+
+    result = CliRunner().invoke(cli.app, [*args, "--resume"])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("(kept)") >= len(finished)
+    assert len(list((out / "runs").glob("*/summary.json"))) == 12 and (out / "REPORT.md").exists()
+    for name, evals in finished.items():  # nothing already finished was run again or lost
+        assert (out / "runs" / name / "evals.csv").read_bytes() == evals
