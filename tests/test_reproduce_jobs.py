@@ -127,6 +127,24 @@ def test_plan_lists_the_runs_and_writes_nothing(tmp_path, toy):
     assert procs.exit_code == 0 and "24 (est.)" in procs.output, procs.output
 
 
+def test_plan_bounds_a_sim_runs_cost_by_the_first_budget_it_meets(tmp_path):
+    """A sim run stopped by its step count costs its steps, however long its clock budget (setup 3 s, 5 ms a
+    step); by the clock, 0.05 s per worker-second; with neither budget the cost is unknown."""
+    from edgeml.reproduce.cost import plan_rows
+
+    def estimate(stop: str) -> float | None:
+        path = tmp_path / "one.toml"
+        path.write_text(f'[experiment]\npaper = "one"\nseeds = [0]\n[settings]\nrun = {{ backend = "sim" }}\n'
+                        f'cluster = {{ workers = 2 }}\nstop = {stop}\n[[runs]]\nalgorithm = "bsp"\n')
+        planned = plan(load_experiment(str(path)))
+        (row,) = plan_rows(planned, {p.dirname for p in planned}, tmp_path / "o", False, 1)
+        return row.estimate
+
+    assert estimate("{ max_time = 1e9, max_steps = 1000 }") == pytest.approx(3.0 + 5.0)
+    assert estimate("{ max_time = 10, max_steps = 1000000 }") == pytest.approx(3.0 + 0.05 * 2 * 10)
+    assert estimate("{ max_time = 0, max_steps = 0, target_accuracy = 0.9 }") is None
+
+
 @pytest.mark.slow
 def test_plan_counts_finished_runs_at_their_recorded_cost(tmp_path, toy):
     out = reproduce(toy, quick=True, out=tmp_path / "out", seeds=[0])
@@ -199,7 +217,6 @@ def test_a_killed_driver_leaves_no_run_going_and_resume_finishes_the_rest(tmp_pa
     """SIGKILL to the driver mid-reproduction (no chance to clean up): its runs die with it, the runs that
     finished stay as they were, and --resume runs only the rest."""
     import os
-    import signal
     import subprocess
     import sys
     import time

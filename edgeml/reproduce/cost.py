@@ -5,11 +5,12 @@ Estimated core-seconds per run (a rough guide for choosing ``--jobs`` and a mach
 * a run finished in the output folder with the same configuration: the ``cpu_s`` recorded in its
   ``meta.json``;
 * a sim run not finished: the mean recorded ``cpu_s`` of this experiment's finished runs of the same algorithm
-  in the output folder; without any, ``SIM_SETUP_S + SIM_CPU_PER_WORKER_S * workers * max_time`` (the virtual
-  clock's cost grows with the steps simulated);
+  in the output folder; without any, ``SIM_SETUP_S`` plus the cost of the steps simulated, which the first of
+  its two budgets bounds: ``SIM_CPU_PER_WORKER_S * workers * max_time`` by the clock, ``SIM_CPU_PER_STEP_S *
+  max_steps`` by the step count;
 * a procs run: its reserved cores (``parallel.reservation``) times ``max_time + PROCS_SETUP_S`` (its processes
   run on the wall clock for ``stop.max_time``, after starting and calibrating);
-* a run without ``stop.max_time`` and no measurement: unknown.
+* a run with neither budget (``stop.max_time`` and ``stop.max_steps`` 0) and no measurement: unknown.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from edgeml.reproduce.plan import PlannedRun
 
 SIM_SETUP_S = 3.0
 SIM_CPU_PER_WORKER_S = 0.05
+SIM_CPU_PER_STEP_S = 0.005
 PROCS_SETUP_S = 10.0
 
 
@@ -34,6 +36,7 @@ class PlanRow:
     backend: str
     workers: int
     max_time: float
+    max_steps: int
     cores: int  # reserved by the scheduler (at most --jobs)
     finished: bool
     selected: bool
@@ -62,7 +65,7 @@ def plan_rows(planned: list[PlannedRun], selected: set[str], out: Path, quick: b
         cpu = _cpu_s(path) if done else None
         if cpu is not None:
             by_algorithm.setdefault(p.algorithm, []).append(cpu)
-        rows.append(PlanRow(p, cfg.run.backend, cfg.cluster.workers, float(cfg.stop.max_time),
+        rows.append(PlanRow(p, cfg.run.backend, cfg.cluster.workers, float(cfg.stop.max_time), cfg.stop.max_steps,
                             reservation(cfg, jobs), done, p.dirname in selected, cpu, cpu is not None))
     for row in rows:
         if row.measured:
@@ -72,8 +75,10 @@ def plan_rows(planned: list[PlannedRun], selected: set[str], out: Path, quick: b
         elif by_algorithm.get(row.run.algorithm):
             seen = by_algorithm[row.run.algorithm]
             row.estimate = sum(seen) / len(seen)
-        elif row.max_time:
-            row.estimate = SIM_SETUP_S + SIM_CPU_PER_WORKER_S * row.workers * row.max_time
+        else:
+            bounds = ([SIM_CPU_PER_WORKER_S * row.workers * row.max_time] if row.max_time else []) + \
+                ([SIM_CPU_PER_STEP_S * row.max_steps] if row.max_steps else [])
+            row.estimate = SIM_SETUP_S + min(bounds) if bounds else None
     return rows
 
 
@@ -100,5 +105,5 @@ def plan_table(paper: str, rows: list[PlanRow], jobs: int):
     left = sum(r.estimate or 0 for r in todo)
     line = (f"total: {total:,.0f} core-seconds for all {len(rows)} runs; {len(todo)} to run: {left:,.0f} "
             f"core-seconds, about {left / jobs / 60:,.1f} min on {jobs} core(s)"
-            + (f"; {unknown} run(s) of unknown cost (no stop.max_time)" if unknown else ""))
+            + (f"; {unknown} run(s) of unknown cost (no stop.max_time or stop.max_steps)" if unknown else ""))
     return table, Text(line)
