@@ -1,4 +1,4 @@
-"""Running a reproduction's runs side by side on this machine (``--jobs N``): one child process per run, never
+"""Running a reproduction's runs side by side on this machine (``--jobs N``): runs in worker processes, never
 more cores busy than ``N``.
 
 Cores are reserved, not guessed: a sim run reserves ``run.threads`` cores (1 by default); a procs run as many as
@@ -7,13 +7,16 @@ reservation is capped at ``N``, so a procs run larger than the machine still run
 runs in the plan's order and starts each one whose reservation fits in the cores free now; it starts nothing
 else until a run ends and frees its cores. ``N`` defaults to this machine's cores (``default_jobs``).
 
-Each run is a ``multiprocessing`` child started with "spawn" (a fresh interpreter, not a daemon: a procs run
-starts processes of its own), in its own process group, so a Ctrl-C at the terminal reaches the driver alone,
-which passes it to every running child once (a run stops in order, as ``edgeml run`` does on Ctrl-C), waits for
-them, kills what is left, and re-raises; finished runs stay. A child dies with the driver (``PR_SET_PDEATHSIG``)
-so a killed driver leaves no run going; ``--resume`` then runs what did not finish. The results are those of a
-serial reproduction: the same run directories (each run's config fixes its threads and seeds), recorded in the
-plan's order.
+Runs go to worker processes, ``multiprocessing`` children started with "spawn" (fresh interpreters, not
+daemons: a procs run starts processes of its own) as runs need them, at most one per core. Each imports torch
+and edgeml once and then runs one run at a time, as the driver does with ``--jobs 1``: a fresh interpreter per
+run spent seconds of CPU on imports each time. A worker is in its own process group, so a Ctrl-C at the terminal
+reaches the driver alone, which passes it to every worker running a run once (a run stops in order, as ``edgeml
+run`` does on Ctrl-C), waits for them, kills what is left, and re-raises; finished runs stay. A worker that dies
+fails its run only; another takes its place. Workers die with the driver (``PR_SET_PDEATHSIG``), so a killed
+driver leaves no run going; ``--resume`` then runs what did not finish. The results are those of a serial
+reproduction: the same run directories (each run's config fixes its threads and seeds), recorded in the plan's
+order.
 """
 
 from __future__ import annotations
@@ -50,9 +53,52 @@ def reservation(cfg, jobs: int) -> int:
     return max(1, min(needed_cores(cfg), jobs))
 
 
-def _child(run_one: Callable, args: tuple, conn) -> None:
-    """A run's own process: stop in order on SIGINT or SIGTERM, die with the driver, send back the failure
-    reason (None: the run finished)."""
+class _Worker:
+    """A long-lived run process: it imports torch and edgeml once, then runs one planned run at a time as the
+    driver sends them (as ``--jobs 1`` runs them one after another in the driver). A fresh interpreter per run
+    spent seconds of CPU on imports each time, which side-by-side runs of a few seconds could not afford."""
+
+    def __init__(self, ctx):
+        self.conn, child_conn = ctx.Pipe(duplex=True)
+        self.proc = ctx.Process(target=_serve, args=(child_conn,), daemon=False)
+        self.proc.start()
+        child_conn.close()
+        self.run: int | None = None  # the plan index it runs now
+        self.cores = 0
+        self.ended = False  # it will take no more runs (it died, or stopped on an interrupt)
+
+    def start(self, k: int, cores: int, run_one: Callable, args: tuple) -> None:
+        self.run, self.cores = k, cores
+        self.conn.send((run_one, args))
+
+    def result(self) -> str | None:
+        """The failure reason it sent for its run (None: finished), or why it sent none; frees it."""
+        reason = None
+        try:
+            kind, reason = self.conn.recv()
+            if kind != "done":
+                reason, self.ended = f"KeyboardInterrupt: {reason}", True
+        except (EOFError, OSError):
+            self.ended = True
+            self.proc.join(timeout=5)
+            code = self.proc.exitcode
+            how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+            reason = f"the run's process died with {how} (EDGEML_DEBUG=1 shows a traceback)"
+        self.run = None
+        return reason
+
+    def close(self) -> None:
+        """End it: an idle worker exits when its pipe closes; one that does not within a few seconds is killed."""
+        self.conn.close()
+        self.proc.join(timeout=5)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(timeout=5)
+
+
+def _serve(conn) -> None:
+    """A worker's loop: stop a run in order on SIGINT or SIGTERM, die with the driver, send back each run's
+    failure reason (None: the run finished); exit when the driver closes the pipe."""
     os.setpgid(0, 0)  # the terminal's Ctrl-C goes to the driver, which passes it on once
     try:
         import ctypes
@@ -69,9 +115,20 @@ def _child(run_one: Callable, args: tuple, conn) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, terminate)
     try:
-        conn.send(("done", run_one(*args)))
-    except KeyboardInterrupt:
-        conn.send(("interrupted", "interrupted by the user"))
+        import edgeml.reproduce.execute  # noqa: F401  (torch and edgeml: while the driver starts other workers)
+
+        while True:
+            try:
+                run_one, args = conn.recv()
+            except EOFError:
+                return
+            try:
+                conn.send(("done", run_one(*args)))
+            except KeyboardInterrupt:
+                conn.send(("interrupted", "interrupted by the user"))
+                return
+    except KeyboardInterrupt:  # between runs: nothing to report
+        return
     finally:
         conn.close()
 
@@ -79,76 +136,62 @@ def _child(run_one: Callable, args: tuple, conn) -> None:
 def run_parallel(items: list[tuple[int, PlannedRun, object]], jobs: int, run_one: Callable[..., str | None],
                  args_for: Callable[[int], tuple], on_start: Callable[[int], None],
                  on_end: Callable[[int, str | None], None], on_tick: Callable[[int], None]) -> None:
-    """Run ``items`` (index, planned run, config) in child processes, at most ``jobs`` cores reserved at once.
+    """Run ``items`` (index, planned run, config) in worker processes, at most ``jobs`` cores reserved at once.
 
-    ``run_one(*args_for(index))`` runs in the child and returns the failure reason (None when the run finished);
+    ``run_one(*args_for(index))`` runs in a worker and returns the failure reason (None when the run finished);
     ``on_start(index)`` and ``on_end(index, reason)`` are called in the driver as each run starts and ends
-    (reason: also when the child died without one), ``on_tick(running)`` about once a second."""
+    (reason: also when the worker died without one; a new worker takes its place), ``on_tick(running)`` about
+    once a second. Workers are started as runs need them, at most one per reserved core."""
     ctx = mp.get_context("spawn")
     pending = [(k, reservation(cfg, jobs)) for k, _, cfg in items]
-    running: dict[int, tuple[mp.Process, object, int]] = {}  # index -> (process, connection, cores)
+    workers: list[_Worker] = []
     free = jobs
     try:
-        while pending or running:
+        while pending or any(w.run is not None for w in workers):
             for k, cores in list(pending):
                 if cores <= free:
-                    receive, send = ctx.Pipe(duplex=False)
-                    proc = ctx.Process(target=_child, args=(run_one, args_for(k), send), daemon=False)
+                    idle = next((w for w in workers if w.run is None), None)
+                    if idle is None:
+                        idle = _Worker(ctx)
+                        workers.append(idle)
                     on_start(k)
-                    proc.start()
-                    send.close()
-                    running[k] = (proc, receive, cores)
+                    idle.start(k, cores, run_one, args_for(k))
                     pending.remove((k, cores))
                     free -= cores
-            on_tick(len(running))
-            ready = wait([proc.sentinel for proc, _, _ in running.values()], timeout=1.0)
-            for k, (proc, receive, cores) in list(running.items()):
-                if proc.sentinel in ready:
-                    proc.join()
-                    on_end(k, _result(proc, receive))
-                    del running[k]
+            busy = [w for w in workers if w.run is not None]
+            on_tick(len(busy))
+            ready = wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], timeout=1.0)
+            for w in busy:
+                if w.conn in ready or w.proc.sentinel in ready:
+                    k, cores = w.run, w.cores
+                    on_end(k, w.result())
                     free += cores
+                    if w.ended:  # a new worker takes its place when a run needs one
+                        w.close()
+                        workers.remove(w)
     except KeyboardInterrupt:
-        _stop(running)
+        _stop([w for w in workers if w.run is not None])
         raise
     finally:
-        for proc, _, _ in running.values():  # an error in the driver: no run goes on without it
-            if proc.is_alive():
-                proc.kill()
-                proc.join(timeout=5)
+        for w in workers:  # idle ones exit as their pipe closes; an error in the driver: no run goes on without it
+            w.close()
 
 
-def _result(proc: mp.Process, receive) -> str | None:
-    """The failure reason a child sent (None: finished), or why it sent none."""
-    try:
-        if receive.poll():
-            kind, reason = receive.recv()
-            return reason if kind == "done" else f"KeyboardInterrupt: {reason}"
-    except (EOFError, OSError):
-        pass
-    finally:
-        receive.close()
-    code = proc.exitcode
-    how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-    return f"the run's process died with {how} (EDGEML_DEBUG=1 shows a traceback)"
-
-
-def _stop(running: dict[int, tuple[mp.Process, object, int]]) -> None:
-    """Pass the interrupt to every running child once, wait for them to stop in order, kill what is left."""
-    for proc, _, _ in running.values():
-        if proc.is_alive():
+def _stop(busy: list[_Worker]) -> None:
+    """Pass the interrupt to every worker running a run once, wait for them to stop in order, kill what is left."""
+    for w in busy:
+        if w.proc.is_alive():
             try:
-                os.kill(proc.pid, signal.SIGINT)
+                os.kill(w.proc.pid, signal.SIGINT)
             except ProcessLookupError:
                 pass
     deadline = time.monotonic() + STOP_WITHIN_S
-    for proc, _, _ in running.values():
-        while proc.is_alive() and time.monotonic() < deadline:
+    for w in busy:
+        while w.proc.is_alive() and time.monotonic() < deadline:
             try:
-                proc.join(timeout=0.2)
+                w.proc.join(timeout=0.2)
             except KeyboardInterrupt:  # a second Ctrl-C: stop waiting
                 deadline = 0.0
-        if proc.is_alive():
-            proc.kill()
-            proc.join(timeout=5)
-    running.clear()
+        if w.proc.is_alive():
+            w.proc.kill()
+            w.proc.join(timeout=5)
