@@ -330,6 +330,13 @@ def reproduce(
     check: bool = typer.Option(False, "--check", help="After reproducing, compare each claim's verdict with the "
                                                       "committed results/<paper>/[quick/]REPORT.md; exit 1 on any "
                                                       "change (each is printed), 2 where none is committed."),
+    cluster: Optional[str] = typer.Option(
+        None, "--cluster", help="ray: run each run as a Ray task (pip install -e '.[cluster]'), on a local Ray "
+                                "instance with --jobs CPUs, or on the cluster at --address; run directories come "
+                                "back to --out, results are the same."),
+    address: Optional[str] = typer.Option(
+        None, "--address", help="Join the running Ray cluster at this address (host:port, as `ray start --head` "
+                                "prints it); implies --cluster ray. --jobs then caps the CPUs used (default: all)."),
 ) -> None:
     """Run a paper's experiment: the system and its baselines; write tables, figures and REPORT.md with verdicts."""
     from edgeml.reproduce import reproduce as run_experiment
@@ -339,7 +346,8 @@ def reproduce(
     if jobs is not None and jobs < 1:
         raise UserError(f"--jobs {jobs}: give the number of cores to use, 1 or more (default: this machine's "
                         f"{default_jobs()})")
-    jobs = jobs or default_jobs()
+    on_cluster = address is not None and not plan_only  # --jobs left out: all the cluster's CPUs
+    jobs = jobs if on_cluster else jobs or default_jobs()
 
     seed_list = None
     if seeds is not None:
@@ -359,7 +367,7 @@ def reproduce(
     line = " ".join(["edgeml reproduce", paper] + (["--quick"] if quick else []) + ([f"--out {out}"] if out else [])
                     + ([f"--seeds {seeds}"] if seeds else []) + ([f"--backend {backend}"] if backend else []))
     print(run_experiment(paper, quick, out, seed_list, backend, command_line=line, resume=resume, only=only,
-                         force=force, jobs=jobs, check=check) / "REPORT.md")
+                         force=force, jobs=jobs, check=check, cluster=cluster, address=address) / "REPORT.md")
 
 
 METAVARS = {
@@ -368,7 +376,7 @@ METAVARS = {
     "max_steps": "STEPS", "target_accuracy": "ACCURACY", "target_loss": "LOSS", "partition": "NAME",
     "batch_size": "N", "data_root": "DIR", "out": "DIR", "name": "NAME", "config": "FILE", "set_": "KEY=VALUE",
     "run_dirs": "RUNS...", "rule": "stays|smoothed|first|stopping", "baseline": "NAME", "paper": "PAPER",
-    "seeds": "N,N,...", "only": "GLOB", "what": "WHAT", "jobs": "N",
+    "seeds": "N,N,...", "only": "GLOB", "what": "WHAT", "jobs": "N", "cluster": "ray", "address": "ADDR",
 }
 """The metavar of each option in ``--help``: what its value is."""
 

@@ -9,9 +9,10 @@ statements, what was measured, the verdicts and the figures. Finished runs are n
 ``--force``; a run that fails is recorded (its reason in REPORT.md) and the others go on.
 
 The steps, one module each: ``load`` reads the experiment file into typed dataclasses, ``plan`` turns it into
-planned runs (pure), ``execute`` runs or keeps them, ``render`` writes the tables (``edgeml.analysis.compare``),
-figures (``edgeml.analysis.figures``), verdicts (``edgeml.analysis.verdicts``) and REPORT.md from the finished
-runs alone.
+planned runs (pure), ``execute`` runs or keeps them (one at a time, side by side in child processes with
+``parallel``, or as Ray tasks on a cluster with ``cluster``), ``render`` writes the tables
+(``edgeml.analysis.compare``), figures (``edgeml.analysis.figures``), verdicts (``edgeml.analysis.verdicts``) and
+REPORT.md from the finished runs alone.
 
 Experiment file ``experiments/<paper>.toml``::
 
@@ -71,6 +72,7 @@ then ``run.algorithm``/``run.seed`` (and ``--backend``).
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from rich.console import Console
@@ -79,6 +81,7 @@ from edgeml.analysis.tables import wide_console
 from edgeml.errors import RunFailed, UserError
 # the steps as modules: their main functions share the modules' names (plan.plan, execute.execute...)
 from edgeml.reproduce import check as check_mod
+from edgeml.reproduce import cluster as cluster_mod
 from edgeml.reproduce import cost, execute, load, plan, render
 
 
@@ -89,8 +92,8 @@ committed ``results/``."""
 
 def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: list[int] | None = None,
               backend: str | None = None, console: Console | None = None, command_line: str = "",
-              resume: bool = False, only: str | None = None, force: bool = False, jobs: int = 1,
-              check: bool = False) -> Path:
+              resume: bool = False, only: str | None = None, force: bool = False, jobs: int | None = 1,
+              check: bool = False, cluster: str | None = None, address: str | None = None) -> Path:
     """Run every run of an experiment; write the tables, the figures and REPORT.md; return the output folder.
 
     With ``resume``, a run whose directory already holds a finished run of the same configuration is kept
@@ -101,12 +104,26 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
 
     ``jobs``: the cores the runs may keep busy at once; above 1 they run side by side in child processes
     (``edgeml.reproduce.parallel``), with the same results. ``check``: compare each claim's verdict with the
-    committed report's (``edgeml.reproduce.check``) and raise RunFailed on any change, naming them."""
+    committed report's (``edgeml.reproduce.check``) and raise RunFailed on any change, naming them.
+
+    ``cluster="ray"``: the runs that run now are Ray tasks (``edgeml.reproduce.cluster``), on a local Ray instance
+    with ``jobs`` CPUs (None: this machine's cores), or on the running cluster at ``address`` (which implies
+    ``cluster="ray"``; ``jobs``: the most CPUs to reserve there, None: all); the results are the same. Ray and the
+    address are checked before anything is written."""
     from edgeml.config import check_out
 
     console = console or wide_console(stderr=True)
-    if jobs < 1:
+    if jobs is not None and jobs < 1:
         raise UserError(f"--jobs {jobs}: give the number of cores to use, 1 or more")
+    cluster = cluster or ("ray" if address else None)
+    if cluster:
+        cluster_mod.check(cluster, address)
+        if jobs is None and address is None:
+            from edgeml.reproduce.parallel import default_jobs
+
+            jobs = default_jobs()
+    elif jobs is None:
+        raise UserError("jobs=None (all the cluster's CPUs) needs a cluster: give jobs, or cluster='ray'")
     exp = load.load_experiment(paper)
     committed = check_mod.committed_verdicts(exp, quick) if check else None
     planned = plan.plan(exp, quick, seeds, backend)
@@ -114,11 +131,19 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
     out = Path(out) if out else DEFAULT_OUT / exp.paper / ("quick" if quick else "")
     check_out(out, "--out")
     work = execute.plan_work(planned, selected, out, quick, resume)
-    execute.prepare_out(exp, out, work, force, console)
-    with execute.progress_bar(console) as progress:
-        outcome = execute.execute(exp, work, selected, out, quick, progress, jobs)
-        command = command_line or f"edgeml reproduce {paper}" + (" --quick" if quick else "")
-        report = render.render(render.Report(exp, out, planned, outcome.done, outcome.failures, command, quick))
+    with contextlib.ExitStack() as ray_session:
+        if cluster and any(w.runs_now for w in work):  # joined (or started) before anything is written
+            if console.is_terminal:  # seconds of silence otherwise
+                console.print(f"joining the Ray cluster at {address}..." if address else
+                              f"starting a local Ray instance ({jobs} CPUs)...", style="dim", highlight=False,
+                              markup=False)
+            ray_session.enter_context(cluster_mod.session(address, jobs))
+        execute.prepare_out(exp, out, work, force, console)
+        with execute.progress_bar(console) as progress:
+            outcome = execute.execute(exp, work, selected, out, quick, progress, jobs, cluster=bool(cluster))
+            ray_session.close()  # Ray shuts down before the tables are drawn
+            command = command_line or f"edgeml reproduce {paper}" + (" --quick" if quick else "")
+            report = render.render(render.Report(exp, out, planned, outcome.done, outcome.failures, command, quick))
     console.print(*(report.cmp.rich() if report.cmp else []), render.claims_table(exp, quick, report.results))
     changed = check_mod.compare_verdicts(committed, report.results) if committed is not None else []
     for claim, at, old, new in changed:

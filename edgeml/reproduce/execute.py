@@ -128,17 +128,19 @@ def progress_bar(console: Console) -> Progress:
 
 
 def execute(exp: Experiment, work: list[Work], selected: set[str], out: Path, quick: bool,
-            progress: Progress, jobs: int = 1) -> Outcome:
+            progress: Progress, jobs: int | None = 1, cluster: bool = False) -> Outcome:
     """Run (or keep) every planned run, reporting each on ``progress``; a failed run is recorded. With ``jobs``
-    above 1 the runs that run now go side by side in child processes (``edgeml.reproduce.parallel``); either
-    way the outcome lists the runs in the plan's order."""
+    above 1 the runs that run now go side by side in child processes (``edgeml.reproduce.parallel``); with
+    ``cluster`` they go to the Ray cluster of the running ``edgeml.reproduce.cluster.session`` (``jobs``: the CPUs
+    they may reserve, None: all the cluster's). Either way the outcome lists the runs in the plan's order."""
     task = progress.add_task(exp.paper, total=len(work))
     results: dict[int, str | None] = {}  # plan index -> failure reason (None: done); left out: absent
     heads = {k: f"[{k}/{len(work)}] {w.run.name} seed {w.run.seed}" for k, w in enumerate(work, 1)}
     state = {"running": 0, "failed": 0}
+    side_by_side = cluster or (jobs or 1) > 1
 
     def show(name: str = "") -> None:
-        counts = f"{state['running']} running, " if jobs > 1 else ""
+        counts = f"{state['running']} running, " if side_by_side else ""
         what = f": [cyan]{escape(name)}[/]" if name else ""
         progress.update(task, description=f"{exp.paper}{what} ({counts}{state['failed']} failed)")
 
@@ -164,15 +166,13 @@ def execute(exp: Experiment, work: list[Work], selected: set[str], out: Path, qu
             continue
         if not w.runs_now:
             end(k, None)
-        elif jobs > 1:
+        elif side_by_side:
             parallel.append((k, p, w.cfg))
         else:
             show(f"{p.name} ({p.algorithm}) seed {p.seed}")
             _starting(progress, heads[k], w)
             end(k, run_one(exp.paper, w, path, quick))
     if parallel:
-        from edgeml.reproduce.parallel import run_parallel
-
         def start(k: int) -> None:
             state["running"] += 1
             _starting(progress, heads[k], work[k - 1])
@@ -181,9 +181,17 @@ def execute(exp: Experiment, work: list[Work], selected: set[str], out: Path, qu
             state["running"] -= 1
             end(k, reason)
 
-        run_parallel(parallel, jobs, run_one,
-                     lambda k: (exp.paper, work[k - 1], out / "runs" / work[k - 1].run.dirname, quick), start, stop,
-                     lambda running: show())
+        if cluster:
+            from edgeml.reproduce.cluster import run_cluster
+
+            run_cluster(parallel, jobs, run_one, lambda k: {"paper": exp.paper, "w": work[k - 1], "quick": quick},
+                        lambda k: out / "runs" / work[k - 1].run.dirname, start, stop, lambda running: show())
+        else:
+            from edgeml.reproduce.parallel import run_parallel
+
+            run_parallel(parallel, jobs, run_one,
+                         lambda k: (exp.paper, work[k - 1], out / "runs" / work[k - 1].run.dirname, quick), start,
+                         stop, lambda running: show())
     progress.update(task, description=f"{exp.paper}: tables, figures, report")
     outcome = Outcome()
     for k, w in enumerate(work, 1):
@@ -202,8 +210,8 @@ def _starting(progress: Progress, head: str, w: Work) -> None:
 
 def run_one(paper: str, w: Work, path: Path, quick: bool) -> str | None:
     """Run one planned run afresh and tag its directory; returns why it failed when it raised (None when it
-    returned: ``_record`` then reads its status). Runs in the driver (``--jobs 1``) or in a run's own child
-    process (``edgeml.reproduce.parallel``)."""
+    returned: ``_record`` then reads its status). Runs in the driver (``--jobs 1``), in a run's own child
+    process (``edgeml.reproduce.parallel``) or in a Ray task on a cluster's node (``edgeml.reproduce.cluster``)."""
     from edgeml import runner
 
     p = w.run
@@ -227,11 +235,19 @@ def run_one(paper: str, w: Work, path: Path, quick: bool) -> str | None:
 
 
 def _record(p: PlannedRun, path: Path, ran: bool, progress: Progress, head: str) -> str | None:
-    """A run that ran or was kept: None (done) when its status is a finished one, else the failure reason."""
+    """A run that ran or was kept: None (done) when its status is a finished one, else the failure reason.
+
+    A finished run is compacted to what the tables, figures and claims read of it (its CSV tables gzipped, the
+    series no figure or claim reads deleted: ``edgeml.analysis.figures.compact_run``), so that a reproduction,
+    the committed ones in ``results/`` among them, holds no bulk nobody reads; a failed run is left as it is
+    for its post-mortem. ``edgeml run`` writes every series in full, as plain CSV."""
+    from edgeml.analysis.figures import compact_run
+
     s = json.loads((path / rundir.SUMMARY).read_text())
     if s.get("status") not in rundir.FINISHED:
         _say(progress, f"{head}: FAILED: {s.get('status')} ({s.get('stop_reason')})", style="red")
         return f"status {s.get('status')}: {s.get('stop_reason')}"
+    compact_run(path)
     acc = s.get("final_accuracy")
     _say(progress, f"{head}{' (kept)' if not ran else ''}: "
                    f"{'accuracy %.3f' % acc if acc is not None else 'no evaluation'}, "

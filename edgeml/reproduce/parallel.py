@@ -115,7 +115,7 @@ def _serve(conn) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, terminate)
     try:
-        import edgeml.reproduce.execute  # noqa: F401  (torch and edgeml: while the driver starts other workers)
+        import edgeml.runner  # noqa: F401  (torch and edgeml, while the driver starts other workers)
 
         while True:
             try:
