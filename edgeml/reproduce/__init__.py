@@ -140,7 +140,10 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
             ray_session.enter_context(cluster_mod.session(address, jobs))
         execute.prepare_out(exp, out, work, force, console)
         with execute.progress_bar(console) as progress:
-            outcome = execute.execute(exp, work, selected, out, quick, progress, jobs, cluster=bool(cluster))
+            rows = cost.plan_rows(planned, selected, out, quick, jobs or 1) if any(w.runs_now for w in work) else []
+            estimates = {r.run.dirname: r.estimate for r in rows}
+            outcome = execute.execute(exp, work, selected, out, quick, progress, jobs, cluster=bool(cluster),
+                                      estimates=estimates)
             ray_session.close()  # Ray shuts down before the tables are drawn
             command = command_line or f"edgeml reproduce {paper}" + (" --quick" if quick else "")
             report = render.render(render.Report(exp, out, planned, outcome.done, outcome.failures, command, quick))

@@ -13,6 +13,7 @@ import copy
 import functools
 import json
 import shutil
+import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,22 +128,54 @@ def progress_bar(console: Console) -> Progress:
                     TimeElapsedColumn(), console=console)
 
 
+class Eta:
+    """The time a reproduction has left, from its runs' estimated core-seconds (``edgeml.reproduce.cost``):
+    before any run ends, what is left over the cores; after, what is left scaled by the wall time the ended
+    runs took against their estimates (which absorbs both the estimates' error and the runs side by side)."""
+
+    def __init__(self, estimates: list[float | None], cores: int):
+        known = [e for e in estimates if e is not None]
+        self.fill = sum(known) / len(known) if known else 1.0  # a run of unknown cost: the mean of the others
+        self.left = sum(self.cost(e) for e in estimates)
+        self.done, self.cores, self.t0 = 0.0, max(1, cores), time.monotonic()
+
+    def cost(self, estimate: float | None) -> float:
+        return self.fill if estimate is None else estimate
+
+    def ended(self, estimate: float | None) -> None:
+        self.done += self.cost(estimate)
+        self.left -= self.cost(estimate)
+
+    def text(self) -> str:
+        if self.left <= 0:
+            return ""
+        measured = self.done > 0
+        seconds = (time.monotonic() - self.t0) * self.left / self.done if measured else self.left / self.cores
+        m, s = divmod(int(round(seconds)), 60)
+        h, m = divmod(m, 60)
+        return f", ETA {'' if measured else '~'}{f'{h}:{m:02d}:{s:02d}' if h else f'{m}:{s:02d}'}"
+
+
 def execute(exp: Experiment, work: list[Work], selected: set[str], out: Path, quick: bool,
-            progress: Progress, jobs: int | None = 1, cluster: bool = False) -> Outcome:
+            progress: Progress, jobs: int | None = 1, cluster: bool = False,
+            estimates: dict[str, float | None] | None = None) -> Outcome:
     """Run (or keep) every planned run, reporting each on ``progress``; a failed run is recorded. With ``jobs``
     above 1 the runs that run now go side by side in child processes (``edgeml.reproduce.parallel``); with
     ``cluster`` they go to the Ray cluster of the running ``edgeml.reproduce.cluster.session`` (``jobs``: the CPUs
-    they may reserve, None: all the cluster's). Either way the outcome lists the runs in the plan's order."""
+    they may reserve, None: all the cluster's). Either way the outcome lists the runs in the plan's order.
+    ``estimates``: each run's estimated core-seconds by run directory name, for the ETA shown (``Eta``)."""
     task = progress.add_task(exp.paper, total=len(work))
     results: dict[int, str | None] = {}  # plan index -> failure reason (None: done); left out: absent
     heads = {k: f"[{k}/{len(work)}] {w.run.name} seed {w.run.seed}" for k, w in enumerate(work, 1)}
     state = {"running": 0, "failed": 0}
     side_by_side = cluster or (jobs or 1) > 1
+    estimates = estimates or {}
+    eta = Eta([estimates.get(w.run.dirname) for w in work if w.runs_now], jobs or 1)
 
     def show(name: str = "") -> None:
         counts = f"{state['running']} running, " if side_by_side else ""
         what = f": [cyan]{escape(name)}[/]" if name else ""
-        progress.update(task, description=f"{exp.paper}{what} ({counts}{state['failed']} failed)")
+        progress.update(task, description=f"{exp.paper}{what} ({counts}{state['failed']} failed{eta.text()})")
 
     def end(k: int, reason: str | None) -> None:
         w = work[k - 1]
@@ -153,6 +186,8 @@ def execute(exp: Experiment, work: list[Work], selected: set[str], out: Path, qu
             _say(progress, f"{heads[k]}: FAILED: {reason}", style="red")
         results[k] = reason
         state["failed"] += reason is not None
+        if w.runs_now:
+            eta.ended(estimates.get(w.run.dirname))
         progress.advance(task)
         show()
 
