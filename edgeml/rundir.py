@@ -22,6 +22,11 @@ Run directory (format 1; tables are rebuilt from it alone):
     experiment.json only in a reproduction's run: paper, run name, its ``[[runs]]`` entry (spec), sweep point,
                     seed, quick (see ``edgeml.reproduce``)
 
+Any of these CSV tables may be stored gzip-compressed instead, as ``<name>.csv.gz`` (``evals.csv.gz``,
+``series/staleness.csv.gz``): the reader reads it as it reads the CSV (``table_path``). ``edgeml run`` writes
+plain CSV; ``compact`` shrinks a finished run to what the analysis reads of it, as ``edgeml reproduce`` keeps
+its runs (see ``compact``).
+
 ``evals.csv`` is appended as the run goes, so a run that dies keeps what it measured. A crashed node's
 ``alive_s`` ends at its crash; a node process that died (killed, or exited on its own) counts as crashed.
 
@@ -44,8 +49,11 @@ from __future__ import annotations
 import csv
 import functools
 import glob
+import gzip
+import io
 import json
 import math
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +81,8 @@ SERIES = "series"
 SUMMARY = "summary.json"
 ERROR = "error.txt"
 EXPERIMENT = "experiment.json"
+GZIP = ".gz"
+"""The suffix of a gzip-compressed table: ``evals.csv.gz`` holds what ``evals.csv`` would (``table_path``)."""
 
 EVAL_COLUMNS = ("time_s", "total_steps", "total_samples", "total_bytes", "total_byte_hops", "ps_ingress_bytes",
                 "loss", "accuracy", "messages_lost")
@@ -236,6 +246,65 @@ def finished_status(path: Path) -> str | None:
         return None
 
 
+def table_path(run: Path, name: str) -> Path | None:
+    """Where the run directory ``run`` keeps its table ``name`` (``evals.csv``, ``series/decisions.csv``): the
+    CSV, else its gzip-compressed ``<name>.gz``; None when it has neither."""
+    for p in (run / name, run / f"{name}{GZIP}"):
+        if p.is_file():
+            return p
+    return None
+
+
+def compact(path: Path, series: dict[str, tuple[str, ...] | None]) -> None:
+    """Shrink a finished run directory to what the analysis reads of it, as ``edgeml reproduce`` keeps its runs
+    (the committed reproductions in ``results/`` among them; ``edgeml run`` leaves its runs as written).
+
+    ``evals.csv``, ``nodes.csv``, ``messages.csv`` and the series named in ``series`` (name: the columns the
+    analysis reads of it, where those are all a reproduction keeps; None: every column) are gzip-compressed into
+    ``<name>.csv.gz``, which the reader reads as it reads the CSV (``table_path``); every other series is
+    deleted. A kept column keeps its text, so every table, figure and claim reads what it read before. The JSON
+    and TOML files stay as they are (``--resume`` and ``--check`` read them). The compressed files carry no name
+    and no time, so a run compacts to the same bytes wherever it ran; compacting again changes nothing, and a
+    compaction cut short leaves the CSV, which the reader prefers, until the next one."""
+    tables = [(path / name, None) for name in (EVALS, NODES, MESSAGES)]
+    folder = path / SERIES
+    if folder.is_dir():
+        for f in sorted(folder.iterdir()):
+            name = f.name.removesuffix(GZIP).removesuffix(".csv")
+            if not f.is_file():
+                continue
+            if name not in series:
+                f.unlink()
+            elif f.name.endswith(".csv"):
+                tables.append((f, series[name]))
+    for f, columns in tables:
+        if not f.is_file():
+            continue
+        tmp = f.with_name(f"{f.name}{GZIP}.tmp")
+        with open(f, "rb") as src, open(tmp, "wb") as raw, \
+                gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as gz:
+            header = next(csv.reader([src.readline().decode("utf-8")]), [])
+            src.seek(0)
+            if columns and set(columns) <= set(header) and len(columns) < len(header):
+                keep = [header.index(c) for c in columns]
+                text_in = io.TextIOWrapper(src, encoding="utf-8", newline="")
+                text_out = io.TextIOWrapper(gz, encoding="utf-8", newline="")
+                rows = csv.reader(text_in)
+                next(rows)
+                w = csv.writer(text_out)  # the writer's dialect: the rows keep their text and line ends
+                w.writerow(columns)
+                w.writerows([row[i] for i in keep] for row in rows)
+                text_out.flush()
+                text_out.detach()  # the gzip and source files close themselves
+                text_in.detach()
+            else:
+                shutil.copyfileobj(src, gz)
+        tmp.replace(f.with_name(f"{f.name}{GZIP}"))
+        f.unlink()
+    if folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
+
+
 # ------------------------------------------------------------------------------------------ the reader
 
 
@@ -267,11 +336,12 @@ class Run:
         return json.loads(p.read_text()) if p.is_file() else {}
 
     def table(self, name: str, needed: tuple[str, ...] = (), required: bool = True) -> pd.DataFrame | None:
-        """A CSV of the run (``evals.csv``, ``series/staleness.csv``...), checked for the columns we use."""
+        """A CSV of the run (``evals.csv``, ``series/staleness.csv``...), checked for the columns we use; read from
+        its gzip-compressed ``<name>.gz`` where the CSV is not there (``table_path``)."""
         import pandas as pd
 
-        p = self.path / name
-        if not p.is_file():
+        p = table_path(self.path, name)
+        if p is None:
             if required:
                 raise UserError(f"run {self.path}: missing {name} (written by an older edgeml or unfinished?): "
                                 f"re-run it with edgeml {__version__}")
@@ -296,12 +366,12 @@ class Run:
 
 
 def _is_run(p: Path) -> bool:
-    return (p / SUMMARY).is_file() or (p / EVALS).is_file()
+    return (p / SUMMARY).is_file() or table_path(p, EVALS) is not None
 
 
 def _runs_below(d: Path, recursive: bool) -> list[Path]:
     if recursive:
-        return sorted({p.parent for n in (SUMMARY, EVALS) for p in d.rglob(n)})
+        return sorted({p.parent for n in (SUMMARY, EVALS, EVALS + GZIP) for p in d.rglob(n)})
     if (d / "runs").is_dir() and (d / "experiment.toml").is_file():  # an experiment's results folder
         d = d / "runs"
     return sorted(p for p in d.iterdir() if p.is_dir() and _is_run(p))

@@ -3,7 +3,8 @@
 # (the adacomp-cnn on Fashion-MNIST, batch 10, random waits; c = 0.01 for the compressed methods), 20,000 PS
 # updates, seed 1, on the sim backend. About 3 minutes of one core per run.
 # Usage: scripts/adacomp_alpha_sweep.sh [OUT_DIR] [SEED]   (default results/adacomp/alpha-sweep, seed 1;
-# $PYTHON picks the interpreter). Writes OUT_DIR/runs/METHOD-METHOD.lr=ALPHA and OUT_DIR/compare.md.
+# $PYTHON picks the interpreter). Writes OUT_DIR/runs/METHOD-METHOD.lr=ALPHA (compacted once finished, as
+# edgeml reproduce keeps its runs) and OUT_DIR/compare.md.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -49,5 +50,16 @@ for spec in "asgd 0.3 0.1" "comp_asgd 0.3 0.1" "adacomp 0.03 0.01"; do
       --name "$name" -q
   done
 done
+# keep what the comparison reads, as edgeml reproduce keeps its runs: the CSV tables gzipped (read as the CSVs
+# are), the series no figure or claim reads deleted (edgeml.rundir.compact); a run compacts once
+"$python" - "$out"/runs/*/ <<'PY'
+import sys
+from pathlib import Path
+
+from edgeml.analysis.figures import compact_run
+
+for run in sys.argv[1:]:
+    compact_run(Path(run))
+PY
 "$python" -m edgeml compare "$out/runs" --target-accuracy 0.75 --baseline "asgd[asgd.lr=0.3]" --out "$out" > /dev/null
 echo "$out/compare.md"

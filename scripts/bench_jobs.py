@@ -40,7 +40,7 @@ def same_results(a: Path, b: Path) -> dict[str, bool]:
 
     return {"compare tables": files(a, "compare*.csv") == files(b, "compare*.csv"),
             "REPORT.md": report(a) == report(b),
-            "runs' evaluations": files(a, "runs/*/evals.csv") == files(b, "runs/*/evals.csv")}
+            "runs' evaluations": files(a, "runs/*/evals.csv*") == files(b, "runs/*/evals.csv*")}
 
 
 def main() -> None:

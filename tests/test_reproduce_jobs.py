@@ -3,6 +3,7 @@ against the committed report) and each run's recorded cost (meta.json's wall_s a
 
 from __future__ import annotations
 
+import gzip
 import importlib
 import json
 import shutil
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from edgeml import cli
+from edgeml import cli, rundir
 from edgeml.reproduce import check, reproduce
 from edgeml.reproduce.load import load_experiment
 from edgeml.reproduce.parallel import needed_cores, reservation
@@ -29,7 +30,14 @@ def toy(tmp_path):
 
 
 def _files(out: Path, name: str) -> dict[str, bytes]:
-    return {p.parent.name: p.read_bytes() for p in sorted((out / "runs").glob(f"*/{name}"))}
+    """Each run's file ``name``; a table as its CSV's bytes, whether reproduce compacted it or not yet."""
+    found = {}
+    for run in sorted(p for p in (out / "runs").iterdir() if p.is_dir()):
+        path = rundir.table_path(run, name)
+        if path is not None:
+            found[run.name] = gzip.decompress(path.read_bytes()) if path.name.endswith(rundir.GZIP) \
+                else path.read_bytes()
+    return found
 
 
 def _report(out: Path) -> list[str]:
@@ -232,8 +240,8 @@ def test_a_killed_driver_leaves_no_run_going_and_resume_finishes_the_rest(tmp_pa
     running = _descendants(driver.pid)
     driver.kill()
     driver.wait()
-    finished = {p.parent.name: p.read_bytes() for p in (out / "runs").glob("*/evals.csv")
-                if (p.parent / "summary.json").exists()}
+    finished = {name: evals for name, evals in _files(out, "evals.csv").items()
+                if (out / "runs" / name / "summary.json").exists()}
     assert 1 <= len(finished) < 12
     deadline = time.monotonic() + 15
     while _alive(running) and time.monotonic() < deadline:
@@ -245,4 +253,47 @@ def test_a_killed_driver_leaves_no_run_going_and_resume_finishes_the_rest(tmp_pa
     assert result.output.count("(kept)") >= len(finished)
     assert len(list((out / "runs").glob("*/summary.json"))) == 12 and (out / "REPORT.md").exists()
     for name, evals in finished.items():  # nothing already finished was run again or lost
-        assert (out / "runs" / name / "evals.csv").read_bytes() == evals
+        assert _files(out, "evals.csv")[name] == evals
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_runs_in_order_keeps_the_finished_ones_and_leaves_no_process(tmp_path, toy):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    args = ["reproduce", toy, "--quick", "--seeds", "0,1,2,3", "--out", str(out), "--jobs", "2"]
+    driver = subprocess.Popen([sys.executable, "-m", "edgeml", *args], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 180
+    while not list((out / "runs").glob("*/summary.json")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    running = _descendants(driver.pid)
+    os.killpg(driver.pid, signal.SIGINT)  # the terminal's Ctrl-C: the driver's group, which holds no worker
+    _, err = driver.communicate(timeout=60)
+    assert driver.returncode == 130, err
+    assert "Traceback" not in err
+    deadline = time.monotonic() + 10  # (the resource tracker exits as the driver's pipe closes)
+    while _alive(running) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(running), "a run outlived the interrupted reproduction"
+    statuses = [json.loads(p.read_text())["status"] for p in (out / "runs").glob("*/meta.json")]
+    assert "completed" in statuses and set(statuses) <= {"completed", "interrupted"}
+
+
+def test_the_eta_comes_from_the_estimates_then_from_the_runs_that_ended(monkeypatch):
+    from edgeml.reproduce import execute
+
+    clock = [100.0]
+    monkeypatch.setattr(execute.time, "monotonic", lambda: clock[0])
+    eta = execute.Eta([60.0, 60.0, None, 120.0], cores=2)   # the unknown run costs the mean of the others, 80
+    assert eta.text() == ", ETA ~2:40"                        # 320 core-seconds over 2 cores, nothing measured
+    clock[0] += 30.0
+    eta.ended(60.0)                                           # 60 estimated core-seconds took 30 s of wall time
+    assert eta.text() == ", ETA 2:10"                         # 260 left at that pace
+    for estimate in (60.0, None, 120.0):
+        eta.ended(estimate)
+    assert eta.text() == ""

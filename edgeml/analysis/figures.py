@@ -11,6 +11,7 @@ of one method differ within the figure.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from dataclasses import dataclass, replace
@@ -20,6 +21,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from edgeml import rundir
 from edgeml.analysis import plots
 from edgeml.analysis.compare import QUANTITIES, Comparison, claim_samples, compare
 from edgeml.analysis.convergence import Target
@@ -93,6 +95,20 @@ def figure_tables(runs: list[Run]) -> dict[str, pd.DataFrame]:
     return {"evals": cat(evals), "nodes": worker_means, **{k: cat(v) for k, v in series.items()}}
 
 
+def kept_series() -> dict[str, tuple[str, ...] | None]:
+    """The series the analysis reads of a run, each with the columns a reproduction keeps of it (None: every
+    column): the figures' (``plots.SERIES_FIGURES``, ``SeriesFigure.reads``) and the claims' ``decisions``
+    (``Run.decided``)."""
+    return {"decisions": None, **{name: spec.reads for name, spec in plots.SERIES_FIGURES.items()}}
+
+
+def compact_run(path: Path) -> None:
+    """Shrink a finished run directory to what the tables, figures and claims read of it, as ``edgeml
+    reproduce`` keeps its runs: its tables and the kept series gzip-compressed, other series deleted
+    (``edgeml.rundir.compact``, ``kept_series``)."""
+    rundir.compact(path, kept_series())
+
+
 @dataclass(frozen=True)
 class FigureFile:
     name: str
@@ -137,6 +153,22 @@ def against_data(runs: list[Run], cmp: Comparison, x: str, ys: list[str]) -> pd.
                 row[f"{m}_censored"] = bool(np.isinf(v["hi"]).any())
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+DPI = 150
+
+
+def save_png(fig: Any, path: Path) -> None:
+    """Write a figure as a PNG of at most 256 colours (median cut, no dithering). A plot has few colours, its
+    anti-aliased edges and bands many; the palette image looks the same and takes about a third of the bytes
+    of the full-colour one (which keeps the committed reproductions' figures, ``results/``, small)."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    image = Image.open(buf).convert("RGB")
+    image.quantize(256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(path, optimize=True,
+                                                                                         dpi=(DPI, DPI))
 
 
 def write_figures(runs: list[Run], out: Path, cmp: Comparison | None = None, panels: Iterable[str] | None = None,
@@ -205,7 +237,8 @@ def write_figures(runs: list[Run], out: Path, cmp: Comparison | None = None, pan
     written = []
     for name, draw, caption in figures:
         fig = draw()
-        for ext in ("png", "pdf"):  # no creation date in the PDF: the same runs draw the same bytes
-            fig.savefig(out / f"{name}.{ext}", dpi=150, metadata={"CreationDate": None} if ext == "pdf" else None)
+        save_png(fig, out / f"{name}.png")
+        # no creation date in the PDF: the same runs draw the same bytes
+        fig.savefig(out / f"{name}.pdf", dpi=DPI, metadata={"CreationDate": None})
         written.append(FigureFile(name, out / f"{name}.png", caption if cite else caption[:1].upper() + caption[1:]))
     return written

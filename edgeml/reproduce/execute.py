@@ -3,8 +3,9 @@
 A run whose directory holds a finished run of exactly its configuration is kept with ``--resume`` (and when
 ``--only`` does not select it); every other selected run runs, after its old directory is deleted. A finished
 run is deleted only with ``--force``, and a folder reproduce did not write is never cleared. A run that fails
-is recorded and the others go on. The runs go through ``edgeml.runner.run``, looked up at each call (tests
-replace it).
+is recorded and the others go on. A finished run, run now or kept, is compacted to what the report reads of it
+(its CSV tables gzipped, the series no figure or claim reads deleted: ``_record``). The runs go through
+``edgeml.runner.run``, looked up at each call (tests replace it).
 """
 
 from __future__ import annotations

@@ -263,11 +263,15 @@ class SeriesFigure:
     draw: Callable[[pd.DataFrame, str], Figure]
     columns: tuple[str, ...]  # the columns the series must have
     caption: str
+    # the only columns the figure reads, where they are all a reproduction keeps of a large series (None: it
+    # keeps every column; ``edgeml.analysis.figures.compact_run``)
+    reads: tuple[str, ...] | None = None
 
 
 SERIES_FIGURES = {
     "staleness": SeriesFigure(staleness, ("staleness",),
-                              "Staleness of the updates the parameter server applied (fraction of updates)"),
+                              "Staleness of the updates the parameter server applied (fraction of updates)",
+                              reads=("staleness",)),  # a row per update: the committed AdaComp runs' bulk
     "staleness_hist": SeriesFigure(staleness_hist, ("updates", "kind", "lo", "hi", "count"),
                                    "Staleness histograms at the end of each run, summed over seeds: the global "
                                    "staleness of each update and the per-parameter staleness sigma_k of each "

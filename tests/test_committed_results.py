@@ -1,0 +1,66 @@
+"""The committed results (``results/``) stay small enough to clone: at most 60 MB in all (as git would commit
+them), and every committed run holds only what ``edgeml reproduce`` keeps of a run (``edgeml.rundir.compact``:
+its CSV tables gzipped, no series that no figure or claim reads). That each committed report still renders
+byte for byte from those runs is ``test_rendering.py``."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from edgeml import rundir
+from edgeml.analysis.figures import kept_series
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results"
+LIMIT = 60 * 1000 * 1000  # bytes: 60 MB
+
+
+def _committed() -> list[Path]:
+    """The files under ``results/`` as git would commit them (tracked, plus untracked files git does not ignore,
+    less those deleted from the work tree); every file below ``results/`` outside a git checkout."""
+    try:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=ROOT, capture_output=True, text=True)
+        if top.returncode == 0 and Path(top.stdout.strip()).resolve() == ROOT:
+            listed = subprocess.run(["git", "ls-files", "-z", "-c", "-o", "--exclude-standard", "--", "results"],
+                                    cwd=ROOT, capture_output=True, check=True).stdout.decode()
+            return [p for p in (ROOT / f for f in dict.fromkeys(listed.split("\0")) if f) if p.is_file()]
+    except OSError:  # no git
+        pass
+    return [p for p in RESULTS.rglob("*") if p.is_file()]
+
+
+def test_the_committed_results_stay_under_60_mb():
+    files = _committed()
+    assert files, "no committed results found"
+    sizes = {p: p.stat().st_size for p in files}
+    total = sum(sizes.values())
+    if total > LIMIT:
+        by_paper: dict[str, int] = {}
+        for p, n in sizes.items():
+            key = "/".join(p.relative_to(RESULTS).parts[:2 if "quick" in p.relative_to(RESULTS).parts[1:2] else 1])
+            by_paper[key] = by_paper.get(key, 0) + n
+        biggest = sorted(sizes, key=sizes.get, reverse=True)[:5]
+        raise AssertionError(
+            f"results/ holds {total / 1e6:.1f} MB, over the {LIMIT / 1e6:.0f} MB a clone should carry: "
+            + ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in sorted(by_paper.items(), key=lambda kv: -kv[1]))
+            + "; biggest files: " + ", ".join(f"{p.relative_to(ROOT)} ({sizes[p] / 1e6:.1f} MB)" for p in biggest))
+
+
+def test_every_committed_run_is_compacted():
+    """What ``edgeml reproduce`` (``edgeml.analysis.figures.compact_run``) keeps of a finished run, and nothing
+    else: a plain CSV table, or a series no figure or claim reads, is bulk a clone need not carry."""
+    kept = kept_series()
+    runs = sorted({p.parent for p in RESULTS.rglob(rundir.SUMMARY)})
+    assert runs
+    bulky = []
+    for run in runs:
+        for p in run.rglob("*"):
+            name = p.relative_to(run).as_posix()
+            series = name.startswith(f"{rundir.SERIES}/") and \
+                p.name.removesuffix(rundir.GZIP).removesuffix(".csv") not in kept
+            if p.is_file() and (name.endswith(".csv") or series):
+                bulky.append(p.relative_to(ROOT).as_posix())
+    assert not bulky, (f"{len(bulky)} committed run files are not compacted (e.g. {', '.join(bulky[:3])}): rerun "
+                       "`edgeml reproduce PAPER --resume --out results/PAPER`, which compacts its finished runs, "
+                       "or edgeml.analysis.figures.compact_run on each run directory")
