@@ -193,6 +193,9 @@ def test_address_joins_a_running_cluster_and_leaves_it_running(tmp_path, toy, mo
         head.wait(timeout=30)
 
 
+@pytest.mark.xfail(strict=False, reason="Ray 2.60's core worker can abort on a SIGINT sent to the driver's whole "
+                   "process group (task_manager.cc:1329, 'you have likely discovered a bug in Ray'); the "
+                   "reproduction then exits 1 instead of 130. Seen once in CI; passes otherwise")
 @pytest.mark.slow
 def test_ctrl_c_cancels_the_tasks_keeps_finished_runs_and_leaves_no_process(tmp_path, toy):
     import psutil
