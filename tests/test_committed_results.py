@@ -16,9 +16,6 @@ from edgeml.analysis.figures import kept_series
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
 LIMIT = 60 * 1000 * 1000  # bytes: 60 MB
-SNAP_PENDING = pytest.mark.xfail(
-    strict=True, reason="results/snap (139 MB) is compacted in a submission of its own: deleting its series is "
-                        "over half of the diff one submission may carry. Strict: remove this mark once it is.")
 
 
 def _committed() -> list[Path]:
@@ -35,7 +32,6 @@ def _committed() -> list[Path]:
     return [p for p in RESULTS.rglob("*") if p.is_file()]
 
 
-@SNAP_PENDING
 def test_the_committed_results_stay_under_60_mb():
     files = _committed()
     assert files, "no committed results found"
@@ -53,8 +49,7 @@ def test_the_committed_results_stay_under_60_mb():
             + "; biggest files: " + ", ".join(f"{p.relative_to(ROOT)} ({sizes[p] / 1e6:.1f} MB)" for p in biggest))
 
 
-@pytest.mark.parametrize("paper", [pytest.param(p.name, marks=[SNAP_PENDING] if p.name == "snap" else [])
-                                   for p in sorted(RESULTS.iterdir()) if p.is_dir() and p.name != "benchmarks"])
+@pytest.mark.parametrize("paper", [p.name for p in sorted(RESULTS.iterdir()) if p.is_dir() and p.name != "benchmarks"])
 def test_every_committed_run_is_compacted(paper):
     """What ``edgeml reproduce`` (``edgeml.analysis.figures.compact_run``) keeps of a finished run, and nothing
     else: a plain CSV table, or a series no figure or claim reads, is bulk a clone need not carry."""
