@@ -224,10 +224,12 @@ def _run_sim(cfg: Config, job: Job, programs: list, path: Path, progress, quiet:
         progress = progress()
         monitor = Monitor(job, writer, on_row=progress.update)
         kernel = Kernel(job, programs, monitor)
-        status, reason = "failed", "interrupted before start"
+        status, reason = "failed", "ended before it started"
         try:
             with progress:
                 status, reason = kernel.run()
+        except KeyboardInterrupt:  # a Ctrl-C before the kernel's own loop catches it: recorded, raised by _outcome
+            status, reason = "interrupted", "interrupted by the user"
         finally:
             if kernel.error:
                 info, _, trace = kernel.error

@@ -422,3 +422,41 @@ def test_settings_whose_values_hold_commas_are_named_by_their_keys():
     styles = Styles(["bsp"], [a, b])
     assert styles.setting_title == "run.backend, cluster.slowdowns"
     assert styles.setting_names[a] == "procs, [{worker = 0, start = 10.0, end = 20.0, factor = 3.0}]"
+
+
+@pytest.mark.slow
+def test_figures_drawn_side_by_side_are_the_bytes_drawn_one_after_another(tmp_path):
+    """``processes=2`` forks children that share the figures out; every file is the one a serial draw writes."""
+    make_run(tmp_path / "runs", "bsp")
+    make_run(tmp_path / "runs", "asp")
+    runs = load_runs([str(tmp_path / "runs")])
+    serial = write_figures(runs, tmp_path / "a")
+    parallel = write_figures(runs, tmp_path / "b", processes=2)
+    assert [f.name for f in serial] == [f.name for f in parallel] and len(serial) >= 5
+
+    def files(folder):
+        return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+    assert files(tmp_path / "a") == files(tmp_path / "b") and len(files(tmp_path / "a")) == 2 * len(serial)
+
+
+def test_a_figure_that_fails_in_a_child_raises_in_the_caller(tmp_path):
+    """A child's error is not swallowed: its figure is drawn again in the calling process, which raises it."""
+    from edgeml.analysis.figures import FigureFile, PendingFigure, draw
+
+    def ok():
+        from matplotlib.figure import Figure
+
+        return Figure(figsize=(1, 1))
+
+    def broken():
+        raise ValueError("no such column: loss")
+
+    pending = [PendingFigure(FigureFile(n, tmp_path / f"{n}.png", n), make)
+               for n, make in (("a", ok), ("b", broken), ("c", ok), ("d", ok))]
+    import multiprocessing
+
+    for _ in range(3):  # whichever process takes the broken figure
+        with pytest.raises(ValueError, match="no such column"):
+            draw(pending, processes=3)
+        assert not multiprocessing.active_children()

@@ -282,8 +282,9 @@ def test_ctrl_c_stops_the_runs_in_order_keeps_the_finished_ones_and_leaves_no_pr
     assert not _alive(running), "a run outlived the interrupted reproduction"
     statuses = [json.loads(p.read_text())["status"] for p in (out / "runs").glob("*/meta.json")]
     assert "completed" in statuses  # the runs that finished stay finished
-    # (a run interrupted while it starts can be recorded "failed", not "interrupted": seen once in CI, not yet
-    # explained, so not asserted here)
+    # (a run interrupted as it started was once recorded "failed" in CI: the sim backend's status before its
+    # kernel ran; now "interrupted", tested in test_sim.py. Not asserted here, where the interrupt's timing is
+    # the machine's)
 
 
 def test_the_eta_comes_from_the_estimates_then_from_the_runs_that_ended(monkeypatch):
@@ -299,3 +300,22 @@ def test_the_eta_comes_from_the_estimates_then_from_the_runs_that_ended(monkeypa
     for estimate in (60.0, None, 120.0):
         eta.ended(estimate)
     assert eta.text() == ""
+
+
+def test_workers_end_as_soon_as_the_driver_closes_their_pipes():
+    """Forked workers (``start_workers``, this process running no other thread) hold no copy of another
+    worker's pipe end: each sees its pipe close and exits by itself, none is left to be killed."""
+    import sys
+    import threading
+    import time
+
+    from edgeml.reproduce import parallel
+
+    workers = parallel.start_workers(3)
+    if sys.platform.startswith("linux") and threading.active_count() == 1:
+        assert all(w.proc._start_method == "fork" for w in workers)
+    t0 = time.monotonic()
+    for w in workers:
+        w.close()
+    assert [w.proc.exitcode for w in workers] == [0, 0, 0]
+    assert time.monotonic() - t0 < 4.0  # a worker that does not exit is killed after 5 s

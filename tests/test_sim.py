@@ -220,6 +220,26 @@ def test_an_interrupt_wins_over_a_run_directory_that_went_away(tmp_path):
         REGISTRY.pop("vanish")
 
 
+def test_a_ctrl_c_before_the_kernel_loop_records_the_run_as_interrupted(tmp_path, monkeypatch):
+    """A Ctrl-C that lands as the run starts (the progress display opening, the kernel entering its loop) is an
+    interrupt, not a failure: a reproduction records the run "interrupted" and stops, it does not go on."""
+    import json
+
+    from edgeml.runtime import sim
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sim.Kernel, "run", interrupted)
+    cfg = load_config(overrides=["run.algorithm='asp'", "run.backend='sim'", "cluster.workers=1",
+                                 "stop.max_time=1", "data.dataset='digits'", f"run.out='{tmp_path}'",
+                                 "run.name='early'"])
+    with pytest.raises(KeyboardInterrupt):
+        run(cfg, quiet=True)
+    summary = json.loads((tmp_path / "early" / "summary.json").read_text())
+    assert (summary["status"], summary["stop_reason"]) == ("interrupted", "interrupted by the user")
+
+
 def test_all_reduce_timeout_and_messages(probe_algorithm):
     kernel, *_ = simulate("run.algorithm='probe'", "cluster.workers=2", "stop.max_time=2")
     rows = [r for n in kernel.nodes.values() for s, r in n.series if s == "probe"]

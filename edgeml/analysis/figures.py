@@ -172,10 +172,35 @@ def save_png(fig: Any, path: Path) -> None:
 
 
 def write_figures(runs: list[Run], out: Path, cmp: Comparison | None = None, panels: Iterable[str] | None = None,
-                  against: Iterable[dict] = (), cite: str = "") -> list[FigureFile]:
+                  against: Iterable[dict] = (), cite: str = "", processes: int = 1) -> list[FigureFile]:
     """Draw the figures the runs have data for (or the ``panels`` named), plus one figure per ``against``
     entry ({"x": key or metric, "y": [metrics]}); write PNG and PDF; return them with their captions. A
-    ``cite`` (the paper's figure these runs reproduce) opens the captions of the paper's panels."""
+    ``cite`` (the paper's figure these runs reproduce) opens the captions of the paper's panels. ``processes``:
+    draw them side by side in that many processes (``draw``)."""
+    pending = plan_figures(runs, out, cmp, panels, against, cite)
+    out.mkdir(parents=True, exist_ok=True)
+    draw(pending, processes)
+    return [f.file for f in pending]
+
+
+@dataclass(frozen=True)
+class PendingFigure:
+    """A figure ready to draw: ``make()`` returns the matplotlib figure, written as ``file`` (PNG and PDF)."""
+
+    file: FigureFile
+    make: Any
+
+    def write(self) -> None:
+        fig = self.make()
+        self.file.png.parent.mkdir(parents=True, exist_ok=True)
+        save_png(fig, self.file.png)
+        # no creation date in the PDF: the same runs draw the same bytes
+        fig.savefig(self.file.png.with_suffix(".pdf"), dpi=DPI, metadata={"CreationDate": None})
+
+
+def plan_figures(runs: list[Run], out: Path, cmp: Comparison | None = None, panels: Iterable[str] | None = None,
+                 against: Iterable[dict] = (), cite: str = "") -> list[PendingFigure]:
+    """The figures ``write_figures`` draws, with their data prepared, not yet drawn."""
     cmp = cmp or compare(runs)
     tables = figure_tables(runs)
     ctx, measured = context(runs), measured_text(runs)
@@ -233,12 +258,55 @@ def write_figures(runs: list[Run], out: Path, cmp: Comparison | None = None, pan
                             f"{paper}{', '.join(labels[y] for y in ys)} against {labels[x]}: mean over seeds with "
                             f"95% bootstrap intervals ({measured}); a hollow point marked '>' never reached the "
                             "target: it is drawn at what the run lasted"))
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, draw, caption in figures:
-        fig = draw()
-        save_png(fig, out / f"{name}.png")
-        # no creation date in the PDF: the same runs draw the same bytes
-        fig.savefig(out / f"{name}.pdf", dpi=DPI, metadata={"CreationDate": None})
-        written.append(FigureFile(name, out / f"{name}.png", caption if cite else caption[:1].upper() + caption[1:]))
-    return written
+    return [PendingFigure(FigureFile(name, out / f"{name}.png", caption if cite else caption[:1].upper() + caption[1:]),
+                          make) for name, make, caption in figures]
+
+
+def draw(figures: list[PendingFigure], processes: int = 1) -> None:
+    """Write ``figures``, in ``processes`` processes side by side where this system can fork (Linux): children
+    forked from this one, which holds the figures' data already, take the next figure to draw until none is
+    left, as does this process. The files are the same bytes as drawn one after another. A child that fails
+    leaves its figure to this process, which draws it again, so an error is raised here, with its traceback."""
+    import multiprocessing as mp
+    import sys
+
+    n = min(processes, len(figures))
+    if n <= 1 or not sys.platform.startswith("linux"):
+        for f in figures:
+            f.write()
+        return
+    ctx = mp.get_context("fork")
+    taken, done = ctx.Value("i", 0), ctx.Array("b", len(figures))
+    children = [ctx.Process(target=_draw_share, args=(figures, taken, done, True), daemon=True)
+                for _ in range(n - 1)]
+    try:
+        for c in children:
+            c.start()
+        _draw_share(figures, taken, done, False)
+        for c in children:
+            c.join()
+    finally:
+        for c in children:
+            if c.is_alive():
+                c.kill()
+                c.join()
+    for k, f in enumerate(figures):
+        if not done[k]:  # its child failed (or was killed): the error, if any, is raised here
+            f.write()
+
+
+def _draw_share(figures: list[PendingFigure], taken, done, child: bool) -> None:
+    """Draw the next figure nobody took until none is left; mark each one written."""
+    if child:  # a fresh stderr: the parent's may be locked by a thread that wrote when this process forked
+        import os
+        import sys
+
+        sys.stdout = sys.stderr = open(os.devnull, "w")
+    while True:
+        with taken.get_lock():
+            k = taken.value
+            taken.value += 1
+        if k >= len(figures):
+            return
+        figures[k].write()
+        done[k] = 1

@@ -79,10 +79,11 @@ from rich.console import Console
 
 from edgeml.analysis.tables import wide_console
 from edgeml.errors import RunFailed, UserError
-# the steps as modules: their main functions share the modules' names (plan.plan, execute.execute...)
-from edgeml.reproduce import check as check_mod
+# the steps as modules: their main functions share the modules' names (plan.plan, execute.execute...); those that
+# draw (render, check: matplotlib) load when a reproduction renders, so that a run's worker process, which
+# imports this package for its runs, imports none of them
 from edgeml.reproduce import cluster as cluster_mod
-from edgeml.reproduce import cost, execute, load, plan, render
+from edgeml.reproduce import cost, execute, load, parallel, plan
 
 
 DEFAULT_OUT = Path("runs") / "reproduce"
@@ -111,6 +112,8 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
     ``cluster="ray"``; ``jobs``: the most CPUs to reserve there, None: all); the results are the same. Ray and the
     address are checked before anything is written."""
     from edgeml.config import check_out
+    from edgeml.reproduce import check as check_mod
+    from edgeml.reproduce import render
 
     console = console or wide_console(stderr=True)
     if jobs is not None and jobs < 1:
@@ -119,9 +122,7 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
     if cluster:
         cluster_mod.check(cluster, address)
         if jobs is None and address is None:
-            from edgeml.reproduce.parallel import default_jobs
-
-            jobs = default_jobs()
+            jobs = parallel.default_jobs()
     elif jobs is None:
         raise UserError("jobs=None (all the cluster's CPUs) needs a cluster: give jobs, or cluster='ray'")
     exp = load.load_experiment(paper)
@@ -131,7 +132,10 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
     out = Path(out) if out else DEFAULT_OUT / exp.paper / ("quick" if quick else "")
     check_out(out, "--out")
     work = execute.plan_work(planned, selected, out, quick, resume)
-    with contextlib.ExitStack() as ray_session:
+    with contextlib.ExitStack() as ray_session, contextlib.ExitStack() as pool:
+        now = sum(w.runs_now for w in work)
+        workers = parallel.start_workers(min(jobs, now)) if not cluster and jobs > 1 and now > 1 else []
+        pool.callback(parallel.close_workers, workers)  # (those the runs took over are ended by then)
         if cluster and any(w.runs_now for w in work):  # joined (or started) before anything is written
             if console.is_terminal:  # seconds of silence otherwise
                 console.print(f"joining the Ray cluster at {address}..." if address else
@@ -143,10 +147,12 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
             rows = cost.plan_rows(planned, selected, out, quick, jobs or 1) if any(w.runs_now for w in work) else []
             estimates = {r.run.dirname: r.estimate for r in rows}
             outcome = execute.execute(exp, work, selected, out, quick, progress, jobs, cluster=bool(cluster),
-                                      estimates=estimates)
+                                      estimates=estimates, workers=workers)
             ray_session.close()  # Ray shuts down before the tables are drawn
             command = command_line or f"edgeml reproduce {paper}" + (" --quick" if quick else "")
-            report = render.render(render.Report(exp, out, planned, outcome.done, outcome.failures, command, quick))
+            processes = jobs or parallel.default_jobs()  # a cluster's runs: the figures are drawn here
+            report = render.render(render.Report(exp, out, planned, outcome.done, outcome.failures, command, quick,
+                                                 processes=processes))
     console.print(*(report.cmp.rich() if report.cmp else []), render.claims_table(exp, quick, report.results))
     changed = check_mod.compare_verdicts(committed, report.results) if committed is not None else []
     for claim, at, old, new in changed:

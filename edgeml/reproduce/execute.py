@@ -159,12 +159,13 @@ class Eta:
 
 def execute(exp: Experiment, work: list[Work], selected: set[str], out: Path, quick: bool,
             progress: Progress, jobs: int | None = 1, cluster: bool = False,
-            estimates: dict[str, float | None] | None = None) -> Outcome:
+            estimates: dict[str, float | None] | None = None, workers: list | None = None) -> Outcome:
     """Run (or keep) every planned run, reporting each on ``progress``; a failed run is recorded. With ``jobs``
     above 1 the runs that run now go side by side in child processes (``edgeml.reproduce.parallel``); with
     ``cluster`` they go to the Ray cluster of the running ``edgeml.reproduce.cluster.session`` (``jobs``: the CPUs
     they may reserve, None: all the cluster's). Either way the outcome lists the runs in the plan's order.
-    ``estimates``: each run's estimated core-seconds by run directory name, for the ETA shown (``Eta``)."""
+    ``estimates``: each run's estimated core-seconds by run directory name, for the ETA shown (``Eta``);
+    ``workers``: run processes already started for them (``edgeml.reproduce.parallel.start_workers``)."""
     task = progress.add_task(exp.paper, total=len(work))
     results: dict[int, str | None] = {}  # plan index -> failure reason (None: done); left out: absent
     heads = {k: f"[{k}/{len(work)}] {w.run.name} seed {w.run.seed}" for k, w in enumerate(work, 1)}
@@ -227,7 +228,7 @@ def execute(exp: Experiment, work: list[Work], selected: set[str], out: Path, qu
 
             run_parallel(parallel, jobs, run_one,
                          lambda k: (exp.paper, work[k - 1], out / "runs" / work[k - 1].run.dirname, quick), start,
-                         stop, lambda running: show())
+                         stop, lambda running: show(), started=workers)
     progress.update(task, description=f"{exp.paper}: tables, figures, report")
     outcome = Outcome()
     for k, w in enumerate(work, 1):

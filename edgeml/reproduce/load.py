@@ -19,7 +19,6 @@ from typing import Any, Literal
 import edgeml
 from edgeml.analysis.claims import Claim, parse_claim
 from edgeml.analysis.convergence import RULES, Target
-from edgeml.analysis.figures import panel_names
 from edgeml.errors import UserError
 from edgeml.schema import check_fields, ranged, update_section
 
@@ -219,6 +218,8 @@ def _figure_groups(where: str, doc: dict, runs: list[RunSpec]) -> dict[str, Figu
     """The ``[[figures]]`` groups, plus a group of every panel for each title a run names instead of an id."""
     figures: dict[str, FigureGroup] = {}
     for raw in doc.get("figures", []):
+        from edgeml.analysis.figures import panel_names  # (matplotlib: not for what only plans or runs)
+
         g = _figure_group(where, raw, set(panel_names()))
         if g.id in figures:
             raise UserError(f"{where}: two [[figures]] have id {g.id!r}: give each its own")

@@ -7,10 +7,11 @@ reservation is capped at ``N``, so a procs run larger than the machine still run
 runs in the plan's order and starts each one whose reservation fits in the cores free now; it starts nothing
 else until a run ends and frees its cores. ``N`` defaults to this machine's cores (``default_jobs``).
 
-Runs go to worker processes, ``multiprocessing`` children started with "spawn" (fresh interpreters, not
-daemons: a procs run starts processes of its own) as runs need them, at most one per core. Each imports torch
-and edgeml once and then runs one run at a time, as the driver does with ``--jobs 1``: a fresh interpreter per
-run spent seconds of CPU on imports each time. A worker is in its own process group, so a Ctrl-C at the terminal
+Runs go to worker processes (``multiprocessing`` children, not daemons: a procs run starts processes of its
+own), at most one per core: forked from the driver before the runs start where that is safe, with torch and
+edgeml imported, else fresh interpreters ("spawn") that import them (``start_workers``). Each then runs one run
+at a time, as the driver does with ``--jobs 1``: a fresh interpreter per run spent seconds of CPU on imports
+each time. A worker is in its own process group, so a Ctrl-C at the terminal
 reaches the driver alone, which passes it to every worker running a run once (a run stops in order, as ``edgeml
 run`` does on Ctrl-C), waits for them, kills what is left, and re-raises; finished runs stay. A worker that dies
 fails its run only; another takes its place. Workers die with the driver (``PR_SET_PDEATHSIG``), so a killed
@@ -60,6 +61,7 @@ class _Worker:
 
     def __init__(self, ctx):
         self.conn, child_conn = ctx.Pipe(duplex=True)
+        _DRIVER_ENDS.add(self.conn)
         self.proc = ctx.Process(target=_serve, args=(child_conn,), daemon=False)
         self.proc.start()
         child_conn.close()
@@ -89,6 +91,7 @@ class _Worker:
 
     def close(self) -> None:
         """End it: an idle worker exits when its pipe closes; one that does not within a few seconds is killed."""
+        _DRIVER_ENDS.discard(self.conn)
         self.conn.close()
         self.proc.join(timeout=5)
         if self.proc.is_alive():
@@ -96,9 +99,17 @@ class _Worker:
             self.proc.join(timeout=5)
 
 
+_DRIVER_ENDS: set = set()
+"""The driver's ends of its workers' pipes. A forked worker closes its copies of them first: a pipe reads as
+closed only once every copy of its other end is, so a worker that kept one would never see the driver end it."""
+
+
 def _serve(conn) -> None:
     """A worker's loop: stop a run in order on SIGINT or SIGTERM, die with the driver, send back each run's
     failure reason (None: the run finished); exit when the driver closes the pipe."""
+    for end in _DRIVER_ENDS:  # (empty in a spawned worker)
+        end.close()
+    _DRIVER_ENDS.clear()
     os.setpgid(0, 0)  # the terminal's Ctrl-C goes to the driver, which passes it on once
     try:
         import ctypes
@@ -133,18 +144,51 @@ def _serve(conn) -> None:
         conn.close()
 
 
+def start_workers(n: int) -> list[_Worker]:
+    """``n`` workers, started before the reproduction shows its progress; ``run_parallel`` takes them over and
+    ``close_workers`` ends those it never got.
+
+    On Linux, while this process runs no other thread, they are forked from it once it has imported what a run
+    needs (torch and edgeml, which the driver imports anyway to plan the runs' cores): each starts at once, where
+    a fresh interpreter spends seconds importing them, seconds a reproduction of short runs could not spare. (A
+    fork while a thread runs, such as the progress display's, could copy a lock that thread holds; the workers
+    started later, to replace one that died, are spawned.)"""
+    import sys
+    import threading
+
+    ctx = mp.get_context("spawn")
+    if sys.platform.startswith("linux") and threading.active_count() == 1:
+        import edgeml.runner  # noqa: F401  (inherited by every worker)
+
+        ctx = mp.get_context("fork")
+    return [_Worker(ctx) for _ in range(n)]
+
+
+def close_workers(workers: list[_Worker]) -> None:
+    """End workers that ran nothing (a reproduction that stopped before its runs, on bad input say): at once,
+    even one still importing."""
+    for w in workers:
+        _DRIVER_ENDS.discard(w.conn)
+        w.conn.close()
+        if w.proc.is_alive():
+            w.proc.kill()
+        w.proc.join(timeout=5)
+
+
 def run_parallel(items: list[tuple[int, PlannedRun, object]], jobs: int, run_one: Callable[..., str | None],
                  args_for: Callable[[int], tuple], on_start: Callable[[int], None],
-                 on_end: Callable[[int, str | None], None], on_tick: Callable[[int], None]) -> None:
+                 on_end: Callable[[int, str | None], None], on_tick: Callable[[int], None],
+                 started: list[_Worker] | None = None) -> None:
     """Run ``items`` (index, planned run, config) in worker processes, at most ``jobs`` cores reserved at once.
 
     ``run_one(*args_for(index))`` runs in a worker and returns the failure reason (None when the run finished);
     ``on_start(index)`` and ``on_end(index, reason)`` are called in the driver as each run starts and ends
     (reason: also when the worker died without one; a new worker takes its place), ``on_tick(running)`` about
-    once a second. Workers are started as runs need them, at most one per reserved core."""
+    once a second. Workers are the ``started`` ones (``start_workers``), then more started as runs need them,
+    at most one per reserved core; all are ended on return."""
     ctx = mp.get_context("spawn")
     pending = [(k, reservation(cfg, jobs)) for k, _, cfg in items]
-    workers: list[_Worker] = []
+    workers: list[_Worker] = list(started or [])
     free = jobs
     try:
         while pending or any(w.run is not None for w in workers):

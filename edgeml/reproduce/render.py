@@ -19,7 +19,7 @@ import edgeml
 from edgeml.analysis.claims import Claim
 from edgeml.analysis.compare import Comparison, baseline_labels, choose_targets, claim_samples, compare
 from edgeml.analysis.convergence import Target
-from edgeml.analysis.figures import FigureFile, write_figures
+from edgeml.analysis.figures import FigureFile, draw, plan_figures
 from edgeml.analysis.tables import md_table
 from edgeml.analysis.verdicts import HOLDS_SHARE, Result, evaluate
 from edgeml.errors import UserError
@@ -56,6 +56,7 @@ class Report:
     cmp: Comparison | None = None
     results: list[Result] = field(default_factory=list)
     figures: dict[str, list[FigureFile]] = field(default_factory=dict)  # per figure group, in the file's order
+    processes: int = 1  # the figures are drawn in this many processes side by side
 
 
 def today() -> date:
@@ -72,7 +73,7 @@ def render(report: Report) -> Report:
     if report.runs:
         report.cmp = compare(report.runs, exp.targets or choose_targets(report.runs), _baseline(exp, report.runs))
         report.cmp.write(out)
-        report.figures = draw_figures(exp, out, report.done, report.runs, report.cmp)
+        report.figures = draw_figures(exp, out, report.done, report.runs, report.cmp, report.processes)
         report.results = check_claims(exp, report.runs, report.cmp, report.planned)
     write_report(report)
     return report
@@ -88,17 +89,21 @@ def _baseline(exp: Experiment, runs: list[Run]) -> str | None:
     return exp.baseline
 
 
-def draw_figures(exp: Experiment, out: Path, done: list[PlannedRun], runs: list[Run],
-                 cmp: Comparison) -> dict[str, list[FigureFile]]:
-    """Each figure group's figures in ``figures/<group>/``, groups in the file's order."""
-    figures = {}
+def draw_figures(exp: Experiment, out: Path, done: list[PlannedRun], runs: list[Run], cmp: Comparison,
+                 processes: int = 1) -> dict[str, list[FigureFile]]:
+    """Each figure group's figures in ``figures/<group>/``, groups in the file's order; every group's figures
+    drawn side by side in ``processes`` processes (``edgeml.analysis.figures.draw``)."""
+    pending = {}
     for gid in dict.fromkeys(g for p in done for g in p.figures):
         names = {p.name for p in done if gid in p.figures}
         g = exp.figures.get(gid)
         against = [{"x": a.x, "y": a.y} for a in g.against] if g else ()
-        figures[gid] = write_figures([r for r in runs if r.label in names], out / "figures" / (g.folder if g else ""),
-                                     cmp, g.panels if g else None, against, g.cite if g else "")
-    return figures
+        folder = out / "figures" / (g.folder if g else "")
+        folder.mkdir(parents=True, exist_ok=True)
+        pending[gid] = plan_figures([r for r in runs if r.label in names], folder, cmp, g.panels if g else None,
+                                    against, g.cite if g else "")
+    draw([f for fs in pending.values() for f in fs], processes)
+    return {gid: [f.file for f in fs] for gid, fs in pending.items()}
 
 
 # ------------------------------------------------------------------------------------------ claims
