@@ -305,7 +305,8 @@ def plot(
 
 @command("reproduce")
 def reproduce(
-    paper: str = typer.Argument(..., help="Experiment name (a file experiments/<paper>.toml) or a .toml path."),
+    paper: Optional[str] = typer.Argument(None, help="Experiment name (a file experiments/<paper>.toml) or a .toml "
+                                                     "path."),
     quick: bool = typer.Option(False, "--quick", help="Reduced version that finishes in minutes on 2 cores."),
     out: Optional[Path] = typer.Option(
         None, help="Output folder (default runs/reproduce/<paper>/, or .../quick/; the committed reproductions: "
@@ -337,11 +338,30 @@ def reproduce(
     address: Optional[str] = typer.Option(
         None, "--address", help="Join the running Ray cluster at this address (host:port, as `ray start --head` "
                                 "prints it); implies --cluster ray. --jobs then caps the CPUs used (default: all)."),
+    summary: bool = typer.Option(False, "--summary", help="Render the scoreboard, README.md in the results folder "
+                                                          "(--out, default results/), from each reproduction's "
+                                                          "verdicts.csv there; no PAPER, nothing run."),
 ) -> None:
     """Run a paper's experiment: the system and its baselines; write tables, figures and REPORT.md with verdicts."""
     from edgeml.reproduce import reproduce as run_experiment
     from edgeml.reproduce import show_plan
     from edgeml.reproduce.parallel import default_jobs
+
+    if summary:
+        from edgeml.reproduce.summary import write_summary
+
+        if paper is not None:
+            raise UserError(f"--summary takes no PAPER (got {paper!r}): it renders the scoreboard of every "
+                            "reproduction in --out (default results/)")
+        folder = out or Path("results")
+        if not folder.is_dir():
+            raise UserError(f"--summary: {folder} is no folder: give --out the folder holding results/<paper>/")
+        print(write_summary(folder))
+        return
+    if paper is None:
+        from edgeml.reproduce.load import experiment_names
+
+        raise UserError(f"give the PAPER to reproduce, one of {', '.join(experiment_names())}, or --summary")
 
     if jobs is not None and jobs < 1:
         raise UserError(f"--jobs {jobs}: give the number of cores to use, 1 or more (default: this machine's "

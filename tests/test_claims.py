@@ -106,7 +106,7 @@ def claim(kind: str = "reduction", paper=None, **kw) -> Claim:
 
 
 def verdict(c: Claim, table: pd.DataFrame, target: str = "loss<=0.9"):
-    (r,) = evaluate(c, table, target)
+    (r,) = evaluate(c, table, target, seeds_rule=False)  # the decision itself, on however many seeds
     return r
 
 
@@ -278,7 +278,7 @@ def test_missing_runs_and_metrics_are_not_measured():
 
 @pytest.mark.parametrize("raw, message", [
     ({"text": "t", "metric": "m", "run": "r", "kind": "reduction", "baselin": "b"},
-     "unknown key 'baselin'.*allowed keys are baseline, direction"),
+     "unknown key 'baselin'.*allowed keys are baseline, diagnosis, direction"),
     ({"text": "t", "metric": "m", "run": "r", "kind": "faster"}, "kind = 'faster'"),
     ({"text": "t", "metric": "m", "run": "r", "kind": "value"}, "needs a finite number paper_value"),
     ({"text": "t", "metric": "m", "run": "r", "kind": "value", "op": "between", "paper_value": [0.6, 0.4]},
@@ -372,3 +372,111 @@ def test_a_margin_is_refused_where_it_means_nothing(raw):
     with pytest.raises(UserError, match="margin"):
         parse_claim({"text": "t", "metric": "final_accuracy", "run": "r", **raw}, "x.toml", "b")
 
+
+
+# ------------------------------------------------------------------------------------------ seeds, words, rules
+
+
+def test_one_seed_never_decides_a_claim():
+    (r,) = evaluate(claim(paper=0.8), timed({0: 200.0}, {0: 1000.0}), "loss<=0.9")
+    assert r.verdict == "inconclusive (one seed)" and r.provisional == "holds" and r.n == 1
+    (two,) = evaluate(claim(paper=0.8), timed({0: 200.0, 1: 210.0}, {0: 1000.0, 1: 1000.0}), "loss<=0.9")
+    assert two.verdict == "holds" and two.provisional == ""
+
+
+@pytest.mark.parametrize("seeds, expected", [(3, "inconclusive (3 of 5 seeds)"), (4, "inconclusive (4 of 5 seeds)"),
+                                             (5, "holds")])
+def test_a_headline_claim_needs_five_seeds_to_read_a_decisive_verdict(seeds, expected):
+    table = timed({s: 200.0 + s for s in range(seeds)}, {s: 1000.0 for s in range(seeds)})
+    (r,) = evaluate(claim(paper=0.8, headline=True), table, "loss<=0.9")
+    assert r.verdict == expected and r.headline
+    assert r.provisional == ("" if seeds == 5 else "holds")
+    # an undecided result stays what it is: three seeds that straddle no effect are inconclusive anyway
+    (u,) = evaluate(claim(paper=0.8, headline=True), timed({0: 800.0, 1: 1300.0, 2: 1000.0},
+                                                          {0: 1000.0, 1: 1000.0, 2: 1000.0}), "loss<=0.9")
+    assert u.verdict == "inconclusive" and u.provisional == ""
+
+
+def test_words_match_the_sign_for_both_claim_directions():
+    lower = evaluate(claim(), timed({0: 200.0, 1: 200.0}, {0: 1000.0, 1: 1000.0}), "loss<=0.9")[0]
+    assert lower.words == "new takes 80% less time than base to reach the target"
+    # the same runs under a claim on the higher side: the words say what was measured, not the claim's hope
+    higher = evaluate(claim(direction="higher"), timed({0: 200.0, 1: 200.0}, {0: 1000.0, 1: 1000.0}), "loss<=0.9")[0]
+    assert higher.words == lower.words and higher.verdict == "does not hold"
+    slower = evaluate(claim(), timed({0: 1500.0, 1: 1500.0}, {0: 1000.0, 1: 1000.0}), "loss<=0.9")[0]
+    assert slower.words == "new takes 50% more time than base to reach the target"
+
+
+def _accuracy(run: list[float], base: list[float], metric: str = "final_accuracy") -> pd.DataFrame:
+    rows = [{"run": label, "spec": label, "point": "", "seed": s, "metric": metric, "target": "", "lo": v, "hi": v,
+             "resolution": math.nan, "unit": ""} for label, vs in (("new", run), ("base", base))
+            for s, v in enumerate(vs)]
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("direction, run, words", [
+    ("higher", [0.93, 0.94], "new 1.5 pt more accurate than base"),   # crashes: more accurate, said so
+    ("higher", [0.90, 0.91], "new 1.5 pt less accurate than base"),
+    ("lower", [0.90, 0.91], "new 1.5 pt less accurate than base"),
+])
+def test_an_accuracy_difference_says_which_run_is_more_accurate(direction, run, words):
+    c = claim("difference", metric="final_accuracy", direction=direction)
+    (r,) = evaluate(c, _accuracy(run, [0.915, 0.925]))
+    assert r.words == words
+
+
+def test_a_ratio_is_said_as_the_paper_says_it():
+    c = claim("ratio", 15.0, metric="bytes_per_s")  # "ESync sends 1/15 of ASGD's bytes per second"
+    (r,) = evaluate(c, _accuracy([1.0, 1.0], [52.0, 52.0], metric="bytes_per_s"))
+    assert r.words == "new: bytes per second 1/52 of base's" and r.verdict == "stronger"
+    t = claim("ratio", 7.0)
+    (fast,) = evaluate(t, timed({0: 100.0, 1: 100.0}, {0: 700.0, 1: 700.0}), "loss<=0.9")
+    assert fast.words == "new reaches the target 7x as fast as base" and fast.verdict == "holds"
+
+
+def test_first_reach_and_stays_differ_on_an_oscillating_series():
+    """A curve that dips below the target, rises back above it and settles later: first reach takes the dip,
+    stays the settling; the moving average over a stated window lies between."""
+    loss = [1.2, 0.85, 1.1, 0.88, 1.05, 0.95, 0.8, 0.7, 0.6, 0.6]
+    evals = pd.DataFrame({"time_s": [10.0 * i for i in range(len(loss))], "total_steps": range(len(loss)),
+                          "total_bytes": [0.0] * len(loss), "loss": loss})
+    end = {"time": 100.0, "steps": 10, "bytes": 0.0}
+    first = reach(evals, Target("loss", 0.9, "first"), end)
+    stays = reach(evals, Target("loss", 0.9, "stays"), end)
+    smooth = reach(evals, Target("loss", 0.9, "smoothed", window=3), end)
+    assert (first.time_s, stays.time_s, smooth.time_s) == (10.0, 60.0, 70.0)
+    assert Target("loss", 0.9, "first").key == "loss<=0.9 (first reach)" and Target("loss", 0.9).key == "loss<=0.9"
+    assert Target("loss", 0.9, "smoothed", window=3).key == "loss<=0.9 (moving average of 3)"
+
+
+def test_diagnoses_are_parsed_strictly():
+    raw = {"text": "t", "metric": "time_to_target", "run": "r", "kind": "reduction", "headline": True,
+           "diagnosis": {"cause": "budget", "text": "the runs stop before BSP settles", "ablations": ["r-long"]}}
+    c = parse_claim(raw, "x.toml", "b")
+    assert c.headline and c.diagnosis.cause == "budget" and c.diagnosis.ablations == ("r-long",)
+    for bad, message in (({"cause": "luck", "text": "x"}, "cause = 'luck': choose one of setting"),
+                         ({"cause": "budget"}, "needs text"),
+                         ({"cause": "budget", "text": "x", "runs": []}, "unknown key 'runs'"),
+                         ({"cause": "budget", "text": "x", "ablations": "r"}, "list of run names"),
+                         ("budget", "must be a table")):
+        with pytest.raises(UserError, match=message):
+            parse_claim({**raw, "diagnosis": bad}, "x.toml", "b")
+    with pytest.raises(UserError, match="headline = 'yes'"):
+        parse_claim({**raw, "headline": "yes"}, "x.toml", "b")
+    with pytest.raises(UserError, match="window"):
+        parse_claim({**raw, "window": 3}, "x.toml", "b")   # a window without the smoothed rule
+
+
+def test_a_bound_on_a_ratio_turns_round_when_said_of_the_run():
+    """Ingress ratio ASGD / AdaComp known only as a bound: where AdaComp never reached the target the ratio is
+    at most 28x, so AdaComp's ingress is at least 1/28 of ASGD's; where ASGD never did, the other way round."""
+    c = claim("ratio", 191.0, metric="ingress_to_target")
+
+    def case(new_hi: float, base_hi: float):
+        rows = samples([("new", s, 10.0, new_hi) for s in (0, 1)] + [("base", s, 280.0, base_hi) for s in (0, 1)])
+        (r,) = evaluate(c, rows.assign(metric="ingress_to_target"), "loss<=0.9")
+        return r
+
+    run_censored, base_censored = case(INF, 280.0), case(10.0, INF)
+    assert run_censored.measured.startswith("<= 28.00x") and "at least 1/28 of base's" in run_censored.words
+    assert base_censored.measured.startswith(">= 28.00x") and "at most 1/28 of base's" in base_censored.words

@@ -1,5 +1,6 @@
-"""Every committed report (``results/<paper>/REPORT.md`` and ``results/<paper>/quick/REPORT.md``) renders byte for
-byte from its committed runs alone, in another folder than the one it was made in, without running anything.
+"""Every committed report (``results/<paper>/REPORT.md`` and ``results/<paper>/quick/REPORT.md``) and its
+``verdicts.csv`` render byte for byte from its committed runs alone, in another folder than the one it was
+made in, without running anything.
 
 The report is rendered as ``edgeml reproduce --resume`` renders it when every run is finished: from a copy of
 the committed ``runs/`` and ``experiment.toml`` (a copy, so that nothing can touch the committed runs). Two
@@ -71,3 +72,13 @@ def test_a_committed_report_renders_byte_identical_from_its_runs(folder, tmp_pat
     reproduce(str(folder / "experiment.toml"), quick=folder.name == "quick", out=out, command_line=command,
               resume=True, console=Console(file=io.StringIO()))
     assert (out / "REPORT.md").read_bytes() == committed
+    assert (out / "verdicts.csv").read_bytes() == (folder / "verdicts.csv").read_bytes()
+
+
+def test_the_committed_scoreboard_is_rendered_from_the_committed_reports():
+    """``results/README.md`` is what ``edgeml reproduce --summary`` renders from the committed verdicts: a
+    re-rendered report without a re-rendered scoreboard fails here."""
+    from edgeml.reproduce.summary import SCOREBOARD, render_summary
+
+    assert (RESULTS / SCOREBOARD).read_text() == render_summary(RESULTS), \
+        "results/README.md is stale: run `edgeml reproduce --summary` (from the repository's root)"

@@ -3,7 +3,9 @@ runs, and the quick baselines reproduction end to end."""
 
 from __future__ import annotations
 
+import csv
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -171,12 +173,12 @@ def test_quick_baselines_reproduction(tmp_path):
     assert "edgeml reproduce baselines --quick" in report and "## Differences from the paper" in report
     assert "This is the **quick** reproduction" in report.split("## Verdicts")[0]
     section = report.split("## adsp.txt Fig. 1's setting", 1)[1].split("## Results", 1)[0]
-    header = "| the paper says | paper | at | n | measured [95% CI] | resolution | verdict |"
+    header = "| the paper says | paper | at | n | ours, in words | measured [95% CI] | resolution | verdict |"
     assert header in section
     for c in load_experiment("baselines").claims:
         row = next(line for line in section.splitlines() if line.startswith(f"| {c.text} |"))
         cells = [x.strip() for x in row.strip("|").split("|")]
-        assert cells[3] == "2" and cells[-1].strip("*").split(" (")[0] in (
+        assert cells[3] == "2" and cells[-1].split("**")[1].split(" (")[0] in (
             "holds", "weaker", "stronger", "does not hold", "inconclusive", "not resolved")
     assert "![bars](figures/fig1/bars.png)" in section
     assert "![time_breakdown](figures/fig1/time_breakdown.png)" in section
@@ -377,3 +379,59 @@ def test_a_missing_data_set_is_refused_before_anything_runs_and_plans_need_none(
     with pytest.raises(UserError, match="run 'bsp.*mnist"):
         reproduce(mnist, quick=True, out=tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_diagnosis_in_the_experiment_file_appears_in_the_report_and_the_scoreboard(tmp_path, toy):
+    """A claim that does not hold prints its diagnosis under its section's table, with its ablation decided in
+    the claim's place; one without says "not yet diagnosed", counted at the top; verdicts.csv carries both, and
+    the scoreboard renders its headline claims from it."""
+    from edgeml.reproduce.summary import render_summary
+
+    text = open(toy).read() + (
+        '\n[[claims]]\ntext = "BSP ends above certainty"\nheadline = true\nmetric = "final_accuracy"\n'
+        'run = "bsp[cluster.hetero=H=1]"\nkind = "value"\nop = ">="\npaper_value = 1.5\n'
+        'diagnosis = { cause = "claim", text = "no accuracy exceeds 1", ablations = ["ssp-tight"] }\n'
+        '\n[[claims]]\ntext = "SSP ends above certainty"\nmetric = "final_accuracy"\nrun = "ssp-tight"\n'
+        'kind = "value"\nop = ">="\npaper_value = 1.5\n')
+    (tmp_path / "diagnosed.toml").write_text(text)
+    out = reproduce(str(tmp_path / "diagnosed.toml"), quick=True, out=tmp_path / "results" / "toy", seeds=[0, 1])
+    report = (out / "REPORT.md").read_text()
+    top = report.split("## Verdicts", 1)[1].split("\n## ", 1)[0]
+    assert re.search(r"\*\*\d+ results\*\* \(1 on headline claims\): .*\*\*\d+ not yet diagnosed\*\*", top), top
+    assert "| **H** BSP ends above certainty |" in top
+    assert "inconclusive (2 of 5 seeds)" in top  # a headline claim on two seeds
+    assert ("- *BSP ends above certainty*: **the claim does not hold as far as we can tell**: no accuracy "
+            "exceeds 1") in report
+    assert re.search(r"  - ablation `ssp-tight`: ssp-tight: final accuracy \d+% \(does not hold with it in the "
+                     r"claim's place\)\.", report), report
+    assert "- *SSP ends above certainty*: **not yet diagnosed**." in report
+    assert "**What ran** (read from the runs behind this report): 6 runs on the sim backend: digits with mlp, " \
+           "2 workers." in report
+    rows = {r["claim"]: r for r in csv.DictReader((out / "verdicts.csv").open())}
+    assert rows["BSP ends above certainty"]["cause"] == "claim" and rows["BSP ends above certainty"]["headline"] == "1"
+    assert rows["SSP ends above certainty"]["cause"] == "not yet diagnosed"
+    board = render_summary(tmp_path / "results")
+    assert "| [toy](toy/REPORT.md) |" in board
+    assert "| BSP ends above certainty | - | >= 150% |" in board and "| claim |" in board
+    assert "SSP ends above certainty" not in board  # not a headline claim
+
+
+def test_summary_and_a_missing_paper_are_one_line_errors_or_the_scoreboard(tmp_path):
+    """``reproduce`` with no PAPER names the experiments; ``--summary`` on a folder without reproductions, or
+    with a PAPER, is refused in one line (exit 2, nothing written); on results it writes README.md there."""
+    for args, message in ((["reproduce"], "give the PAPER to reproduce, one of adacomp, adsp"),
+                          (["reproduce", "--summary", "--out", str(tmp_path)], "no reproduction with a verdicts.csv"),
+                          (["reproduce", "adsp", "--summary"], "--summary takes no PAPER"),
+                          (["reproduce", "--summary", "--out", str(tmp_path / "none")], "is no folder")):
+        result = CliRunner().invoke(cli.app, args)
+        assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output, args
+    assert list(tmp_path.iterdir()) == []
+    paper = tmp_path / "toy"
+    paper.mkdir()
+    (paper / "verdicts.csv").write_text("claim,headline,at,paper,words,measured,n,verdict,provisional,cause,section\n"
+                                        "X is fast,1,-,2.00x,x 2x as fast,2.00x,5,holds,,,Fig. 1\n")
+    result = CliRunner().invoke(cli.app, ["reproduce", "--summary", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    board = (tmp_path / "README.md").read_text()
+    assert "| [toy](toy/REPORT.md) | 1 | 1 | 1 holds | 0 |" in board
+    assert "| X is fast | - | 2.00x | x 2x as fast (2.00x) | 5 | **holds** | - |" in board

@@ -24,6 +24,17 @@ and, for comparisons, a baseline run. Kinds:
   censored point that cannot change the statistic (a middle point of three, a high end of a dip) leaves it
   measured.
 
+Every claim may also say:
+
+- ``headline = true``: the claim is one of the paper's headline claims (its abstract or conclusion). A headline
+  claim reads holds, weaker, stronger or does not hold only on ``HEADLINE_SEEDS`` seeds; any claim needs at
+  least ``MIN_SEEDS`` (``edgeml.analysis.verdicts.seed_rule``).
+- ``rule`` (``stays``, ``first``, ``smoothed``, ``stopping``) for a claim on a target: the arrival rule it is
+  decided on (default: the experiment's); ``window`` the number of evaluations the ``smoothed`` rule averages.
+- ``diagnosis = {cause = "...", text = "...", ablations = ["run", ...]}``: why a claim does not read holds,
+  in one of the four ``CAUSES``, with the runs that test the cause (each is decided as the claim with the
+  ablation in place of the claim's run, and its measured effect is reported beside the diagnosis).
+
 How a claim is decided on runs is ``edgeml.analysis.verdicts``.
 """
 
@@ -41,7 +52,32 @@ NEUTRAL = {"reduction": 0.0, "ratio": 1.0, "difference": 0.0}
 TRENDS = ("increasing", "decreasing", "minimum")
 OPS = (">=", "<=", "between")
 CLAIM_KEYS = {"text", "metric", "run", "baseline", "kind", "paper_value", "op", "direction", "effect", "seeds",
-              "targets", "rule", "figure", "margin"}
+              "targets", "rule", "figure", "margin", "headline", "window", "diagnosis"}
+MIN_SEEDS = 2
+"""The seeds any verdict needs: one run never decides a claim."""
+HEADLINE_SEEDS = 5
+"""The seeds a headline claim (the paper's abstract and conclusions) needs to read holds, weaker, stronger or
+does not hold."""
+CAUSES = {"setting": "the paper's setting differs",
+          "implementation": "our implementation departs from the paper",
+          "budget": "the budget or the seeds are short",
+          "claim": "the claim does not hold as far as we can tell"}
+"""A diagnosis's cause: why a claim does not read holds."""
+DIAGNOSIS_KEYS = {"cause", "text", "ablations"}
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Why a claim does not read holds: a ``cause`` of ``CAUSES``, one line saying how (the setting that
+    differs, where the implementation departs...), and the ablation runs that test it."""
+
+    cause: str
+    text: str
+    ablations: tuple[str, ...] = ()
+
+    @property
+    def cause_text(self) -> str:
+        return CAUSES[self.cause]
 
 
 @dataclass(frozen=True)
@@ -60,6 +96,9 @@ class Claim:
     rule: str | None = None
     figure: str | None = None
     margin: float | None = None
+    headline: bool = False
+    window: int | None = None
+    diagnosis: Diagnosis | None = None
 
     @property
     def on_target(self) -> bool:
@@ -154,10 +193,38 @@ def parse_claim(raw: dict, where: str, default_baseline: str) -> Claim:
     if targets is not None and (rule == "stopping" or not isinstance(targets, list) or not targets
                                 or not all(map(_number, targets))):
         raise bad("targets must be a non-empty list of numbers (and the stopping rule takes none)")
+    window = raw.get("window")
+    if window is not None and (rule != "smoothed" or not isinstance(window, int) or isinstance(window, bool)
+                               or window < 2):
+        raise bad("window (a whole number of evaluations, 2 or more) applies to rule = \"smoothed\" only")
+    headline = raw.get("headline", False)
+    if not isinstance(headline, bool):
+        raise bad(f"headline = {headline!r}: use true or false")
     for key in ("text", "metric", "run"):
         if not isinstance(raw[key], str) or not raw[key]:
             raise bad(f"{key} must be a non-empty string")
     return Claim(raw["text"], raw["metric"], raw["run"], kind, baseline,
                  float(paper) if _number(paper) else paper, op, direction, effect,
                  tuple(seeds) if seeds else None, tuple(float(t) for t in targets) if targets else None, rule,
-                 raw.get("figure"), float(margin) if margin is not None else None)
+                 raw.get("figure"), float(margin) if margin is not None else None, headline, window,
+                 parse_diagnosis(raw.get("diagnosis"), bad))
+
+
+def parse_diagnosis(raw, bad) -> Diagnosis | None:
+    """A claim's ``diagnosis`` table, strictly (``bad(message)`` makes the error naming the claim)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise bad('diagnosis must be a table: diagnosis = {cause = "budget", text = "...", ablations = ["run"]}')
+    unknown = sorted(set(raw) - DIAGNOSIS_KEYS)
+    if unknown:
+        raise bad(f"unknown key {unknown[0]!r} in its diagnosis: allowed keys are {', '.join(sorted(DIAGNOSIS_KEYS))}")
+    cause, text, ablations = raw.get("cause"), raw.get("text"), raw.get("ablations", [])
+    if cause not in CAUSES:
+        raise bad(f"diagnosis cause = {cause!r}: choose one of {', '.join(CAUSES)} "
+                  f"({'; '.join(f'{k}: {v}' for k, v in CAUSES.items())})")
+    if not isinstance(text, str) or not text.strip() or "\n" in text.strip():
+        raise bad("a diagnosis needs text: one line saying how (the setting that differs, where we depart...)")
+    if not (isinstance(ablations, list) and all(isinstance(a, str) and a for a in ablations)):
+        raise bad("diagnosis ablations must be a list of run names, e.g. ablations = [\"adsp-unbiased\"]")
+    return Diagnosis(cause, text.strip(), tuple(ablations))

@@ -185,7 +185,7 @@ def claim_samples(runs: list[Run], per_run: pd.DataFrame, metrics: Iterable[str]
                 for t in targets:
                     hit = reach_run(r, t)
                     v = hit.value(q)
-                    rows.append({**base, "metric": m, "target": t.short, "lo": v,
+                    rows.append({**base, "metric": m, "target": t.key, "lo": v,
                                  "hi": math.inf if hit.censored else v, "resolution": hit.resolution[q],
                                  "unit": UNITS[q]})
                 continue

@@ -31,6 +31,7 @@ import pandas as pd
 from edgeml.rundir import Run
 
 RULES = ("stays", "smoothed", "first", "stopping")
+RULE_NAMES = {"stays": "stays", "first": "first reach", "smoothed": "moving average", "stopping": "stopping rule"}
 SMOOTH_WINDOW = 5
 UNITS = {"time": "s", "steps": "steps", "bytes": "bytes", "ingress": "bytes", "iterations": "iterations",
          "cost": "byte-hops"}
@@ -50,13 +51,22 @@ class Target:
     value: float = 0.0  # unused by the stopping rule
     rule: str = "stays"
     note: str = ""
+    window: int = SMOOTH_WINDOW  # the evaluations the smoothed rule averages
 
     def __str__(self) -> str:
         if self.rule == "stopping":
             return "the stopping rule (loss variance over the last evaluations below the run's threshold)"
         op = ">=" if self.metric == "accuracy" else "<="
-        rule = {"stays": "stays ", "smoothed": f"(mean of {SMOOTH_WINDOW} evaluations) ", "first": "first "}
+        rule = {"stays": "stays ", "smoothed": f"(mean of {self.window} evaluations) ", "first": "first "}
         return f"{self.metric} {rule[self.rule]}{op} {self.value:g}" + (f" ({self.note})" if self.note else "")
+
+    @property
+    def key(self) -> str:
+        """``short``, naming the rule where it is not the default (``stays``): targets that differ only in their
+        rule stay apart in the claims' samples ("loss<=0.9 (first reach)")."""
+        if self.rule in ("stays", "stopping"):
+            return self.short
+        return f"{self.short} ({RULE_NAMES[self.rule]}{f' of {self.window}' if self.rule == 'smoothed' else ''})"
 
     @property
     def short(self) -> str:
@@ -145,7 +155,7 @@ def reach(evals: pd.DataFrame, target: Target, end: dict, stop: tuple[float, int
         values = rows[target.metric].to_numpy(dtype=float)
         i = {"stays": lambda: stays_index(target.meets(values)),
              "first": lambda: first_index(target.meets(values)),
-             "smoothed": lambda: smoothed_index(values, target)}[target.rule]()
+             "smoothed": lambda: smoothed_index(values, target, target.window)}[target.rule]()
     if i is None:
         return Reach({q: float(end.get(q, math.nan)) for q in COLUMNS}, True, res)
     row = rows.iloc[i]

@@ -19,6 +19,13 @@ gives one value (an interval when censored); the verdict rests on the 95% bootst
   mean paired difference lies within one interval of zero; a ``difference`` claim whose margin is at least the
   resolution is decided on its margin instead.
 
+Seeds (``seed_rule``): a verdict rests on at least ``MIN_SEEDS`` seeds, else it is "inconclusive (one seed)";
+a headline claim reads holds, weaker, stronger or does not hold only on ``HEADLINE_SEEDS``, else "inconclusive
+(3 of 5 seeds)". What the runs read before that rule is kept (``Result.provisional``) and reported beside it.
+
+Every measured effect is also said in words (``Result.words``), oriented to the claim and in its kind's unit:
+"fig4-adsp: time to the target 45% lower than fig4-bsp's", "esync: bytes per second 1/52 of asgd's".
+
 Shown numbers point the claim's way: a ``reduction`` or ``difference`` claim on the higher side (``direction =
 "higher"`` or a negative ``paper_value``) shows the run's change against the baseline, run / baseline - 1 or
 run - baseline, so "ADSP carries out more steps than BSP" measured as -23% reads as 23% fewer, and the
@@ -28,12 +35,12 @@ paper's figure is shown the same way. The verdicts do not depend on it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
-from edgeml.analysis.claims import NEUTRAL, PAIR_KINDS, Claim
+from edgeml.analysis.claims import HEADLINE_SEEDS, MIN_SEEDS, NEUTRAL, PAIR_KINDS, Claim
 from edgeml.analysis.stats import Interval, mean_interval, pair_effect
 
 HOLDS_SHARE = 0.9
@@ -51,6 +58,36 @@ class Result:
     verdict: str
     figure: str | None = None
     at: str = ""  # the sweep point, for a claim checked at every point of a sweep
+    words: str = ""  # the measured effect in words ("esync: bytes per second 1/52 of asgd's")
+    provisional: str = ""  # what the runs read where ``seed_rule`` made the verdict inconclusive
+    headline: bool = False
+    other_rule: str = ""  # the other arrival rule's reading, where it disagrees (``edgeml.reproduce.render``)
+    ablations: tuple = ()  # (run, measured, verdict) of each ablation of the claim's diagnosis
+
+
+DECISIVE = ("holds", "weaker", "stronger", "does not hold")
+"""The verdicts that decide a claim (with or without a bound: "holds (>= 40%)")."""
+NEEDS_DIAGNOSIS = ("weaker", "does not hold", "inconclusive", "not resolved")
+"""The verdicts a claim owes a diagnosis for (why it does not read holds: ``edgeml.analysis.claims.Diagnosis``)."""
+
+
+def verdict_kind(verdict: str) -> str:
+    """A verdict's kind: "holds (>= 40%)" is holds, "inconclusive (one seed)" inconclusive, "not measured: no
+    run 'x'" not measured."""
+    return verdict.split(" (")[0].split(":")[0]
+
+
+def seed_rule(result: Result, claim: Claim) -> Result:
+    """``result`` with its verdict made inconclusive where too few seeds decided it (the module docstring): one
+    seed never decides; a headline claim needs ``HEADLINE_SEEDS`` to read a decisive verdict."""
+    v = result.verdict
+    if v.startswith("not measured") or result.n == 0:
+        return result
+    if result.n < MIN_SEEDS:
+        return replace(result, verdict="inconclusive (one seed)", provisional=v)
+    if claim.headline and result.n < HEADLINE_SEEDS and v.split(" (")[0] in DECISIVE:
+        return replace(result, verdict=f"inconclusive ({result.n} of {HEADLINE_SEEDS} seeds)", provisional=v)
+    return result
 
 
 def _per_seed(samples: pd.DataFrame) -> pd.DataFrame:
@@ -103,11 +140,14 @@ def decide_value(iv: Interval, claim: Claim, hi_open: bool, resolved: bool) -> s
     return f"{verdict} ({_bound_text(iv, claim, False, True)})" if hi_open else verdict
 
 
-def evaluate(claim: Claim, samples: pd.DataFrame, target: str = "") -> list[Result]:
+def evaluate(claim: Claim, samples: pd.DataFrame, target: str = "", seeds_rule: bool = True) -> list[Result]:
     """Evaluate ``claim`` on the samples table at one target (``Target.short``; "" for other metrics): one
-    result, or one per sweep point when the claim names a swept run."""
+    result, or one per sweep point when the claim names a swept run. ``seeds_rule``: apply ``seed_rule`` (off:
+    what the samples read, however few seeds they have)."""
+    rule = seed_rule if seeds_rule else (lambda result, claim: result)
     rows = samples[(samples["metric"] == claim.metric) & (samples["target"] == target)]
-    result = dict(claim=claim.text, target=target, paper=paper_text(claim), figure=claim.figure)
+    result = dict(claim=claim.text, target=target, paper=paper_text(claim), figure=claim.figure,
+                  headline=claim.headline)
 
     def missing(why: str) -> list[Result]:
         return [Result(**result, measured="n/a", n=0, resolution="-", verdict=f"not measured: {why}")]
@@ -118,13 +158,14 @@ def evaluate(claim: Claim, samples: pd.DataFrame, target: str = "") -> list[Resu
         rows = rows[rows["seed"].isin(claim.seeds)]
     unit = rows["unit"].iloc[0] if len(rows) else ""
     if claim.kind == "trend":
-        return [_evaluate_trend(claim, rows, result, lambda why: missing(why)[0], unit)]
+        return [rule(_evaluate_trend(claim, rows, result, lambda why: missing(why)[0], unit), claim)]
     if (rows["run"] == claim.run).any():
-        return [_evaluate_one(claim, claim.run, rows, result, unit)]
+        return [rule(_evaluate_one(claim, claim.run, rows, result, unit), claim)]
     points = rows.loc[rows["spec"] == claim.run, ["run", "point"]].drop_duplicates()
     if points.empty:
         return missing(f"no run {claim.run!r}" + (" with those seeds" if claim.seeds else ""))
-    return [_evaluate_one(claim, label, rows, {**result, "at": point}, unit) for label, point in points.values]
+    return [rule(_evaluate_one(claim, label, rows, {**result, "at": point}, unit), claim)
+            for label, point in points.values]
 
 
 def _evaluate_one(claim: Claim, label: str, rows: pd.DataFrame, result: dict, unit: str) -> Result:
@@ -138,7 +179,8 @@ def _evaluate_one(claim: Claim, label: str, rows: pd.DataFrame, result: dict, un
         res = float(run["resolution"].max())
         resolved = not (unit and iv.exact and claim.op != "between" and abs(iv.low - claim.paper_value) < res)
         return Result(**result, measured=_measured(iv, claim, False, hi_open), n=iv.n,
-                      resolution=_resolution_text(res, unit), verdict=decide_value(iv, claim, hi_open, resolved))
+                      resolution=_resolution_text(res, unit), verdict=decide_value(iv, claim, hi_open, resolved),
+                      words=effect_words(claim, iv, label, "", False, hi_open))
     base_label = claim.baseline
     if not (rows["run"] == base_label).any() and "[" in label and "[" not in base_label:
         base_label = claim.baseline + label[label.index("["):]  # a sweep point pairs with the same point
@@ -159,7 +201,8 @@ def _evaluate_one(claim: Claim, label: str, rows: pd.DataFrame, result: dict, un
     if claim.kind == "difference" and claim.margin is not None and claim.margin >= res:
         resolved = True  # a difference below the resolution lies within a margin at least as wide: decide on it
     return Result(**result, measured=_measured(iv, claim, lo_open, hi_open), n=iv.n,
-                  resolution=_resolution_text(res, unit), verdict=decide(iv, claim, lo_open, hi_open, resolved))
+                  resolution=_resolution_text(res, unit), verdict=decide(iv, claim, lo_open, hi_open, resolved),
+                  words=effect_words(claim, iv, label, base_label, lo_open, hi_open))
 
 
 def _evaluate_trend(claim: Claim, rows: pd.DataFrame, result: dict, missing, unit: str) -> Result:
@@ -201,7 +244,8 @@ def _evaluate_trend(claim: Claim, rows: pd.DataFrame, result: dict, missing, uni
     else:
         verdict, shown = _decide_trend_bound(iv, bounds, claim, res if timed else 0.0)
     return Result(**result, measured=f"{means}; {name} {shown}", n=len(seeds),
-                  resolution=_resolution_text(res, unit if timed else ""), verdict=verdict)
+                  resolution=_resolution_text(res, unit if timed else ""), verdict=verdict,
+                  words=_trend_words(claim, iv, bool((bounds[:, 0] == bounds[:, 1]).all())))
 
 
 def _decide_trend_bound(iv: Interval, bounds: np.ndarray, claim: Claim, res: float) -> tuple[str, str]:
@@ -326,6 +370,73 @@ def _measured(iv: Interval, claim: Claim, lo_open: bool, hi_open: bool) -> str:
         return _show(claim, iv.low)
     low, high = (iv.ci_high, iv.ci_low) if _flip(claim) else (iv.ci_low, iv.ci_high)
     return f"{_show(claim, iv.low)} [{_show(claim, low)}, {_show(claim, high)}]"
+
+
+QUANTITY_NOUNS = {"time_to_target": "time to the target", "steps_to_target": "steps to the target",
+                  "bytes_to_target": "bytes sent until the target", "ingress_to_target": "bytes into the PS until "
+                  "the target", "iterations_to_target": "iterations to the target",
+                  "cost_to_target": "communication cost until the target"}
+
+
+def metric_noun(metric: str) -> str:
+    """A metric as words: "time to the target", "bytes per second", "final accuracy"."""
+    if metric in QUANTITY_NOUNS:
+        return QUANTITY_NOUNS[metric]
+    m = metric.replace("_per_s", " per second")
+    return (m[:-2] + " (s)" if m.endswith("_s") else m).replace("_", " ")
+
+
+def _magnitude(claim: Claim, v: float) -> str:
+    """An effect's size without its sign, as ``_fmt`` writes it ("45%", "0.8 pp" as "0.8 pt", "12 s")."""
+    return _fmt(claim, abs(v), effect=True).replace(" pp", " pt")
+
+
+def effect_words(claim: Claim, iv: Interval, run: str, base: str, lo_open: bool, hi_open: bool) -> str:
+    """The measured mean effect in words, oriented to the claim: what the run's metric is against the
+    baseline's (``reduction``: "45% lower"; ``ratio``: "1/52 of", "2.1x"; ``difference``: "0.8 pt higher"),
+    or the run's own value (``value``). A censored side gives a bound ("at least 45% lower"); censored on
+    both sides, nothing is said."""
+    if lo_open and hi_open:
+        return ""
+    noun = metric_noun(claim.metric)
+    if claim.kind == "value":
+        v = iv.low
+        return f"{run}: {noun} {'at least ' if hi_open else ''}{_fmt(claim, v)}"
+    v = iv.low if not lo_open else iv.high  # the known end of the mean effect
+    bound = "" if not (lo_open or hi_open) else ("at least " if hi_open else "at most ")
+    if claim.kind == "ratio":  # baseline / run: said of the run, as run / baseline = 1 / v, a bound turns round
+        if v <= 0 or not math.isfinite(v):
+            return ""
+        inverse = {"at least ": "at most ", "at most ": "at least ", "": ""}[bound]
+        if claim.metric == "time_to_target":
+            return f"{run} reaches the target {bound}{v:.3g}x as fast as {base}" if v >= 1 else \
+                f"{run} takes {inverse}{1 / v:.3g}x {base}'s time to reach the target"
+        return f"{run}: {noun} {inverse}1/{v:.3g} of {base}'s" if v >= 1 else \
+            f"{run}: {noun} {inverse}{1 / v:.3g}x {base}'s"
+    if _rounds_to_zero(_magnitude(claim, v)):
+        return f"{run}: {noun} the same as {base}'s, to the shown precision"
+    lower = v > 0  # reduction 1 - run / baseline, difference baseline - run: above 0, the run's is lower
+    if claim.kind == "difference" and "accuracy" in claim.metric:
+        return f"{run} {bound}{_magnitude(claim, v)} {'less' if lower else 'more'} accurate than {base}"
+    if claim.metric == "time_to_target":
+        return f"{run} reaches the target {bound}{_magnitude(claim, v)} {'sooner' if lower else 'later'} than " \
+               f"{base}" if claim.kind == "difference" else \
+            f"{run} takes {bound}{_magnitude(claim, v)} {'less' if lower else 'more'} time than {base} to reach the " \
+            "target"
+    return f"{run}: {noun} {bound}{_magnitude(claim, v)} {'lower' if lower else 'higher'} than {base}'s"
+
+
+def _trend_words(claim: Claim, iv: Interval, measured: bool) -> str:
+    """A trend's statistic in words: how much the quantity rises or falls across the sweep, or how deep the
+    dip inside it is."""
+    if not measured:
+        return ""
+    noun = metric_noun(claim.metric) if claim.effect == "value" else f"the {claim.effect} against {claim.baseline}"
+    v = iv.low
+    if claim.direction == "minimum":
+        return f"{noun}: lowest inside the sweep, {_magnitude(claim, v)} below the lower end" if v > 0 else \
+            f"{noun}: no point inside the sweep is below both ends"
+    return f"{noun} {'rises' if v > 0 else 'falls'} by {_magnitude(claim, v)} from the first point to the last"
 
 
 def _resolution_text(res: float, unit: str) -> str:

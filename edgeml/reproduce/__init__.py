@@ -2,11 +2,12 @@
 ``runs/reproduce/<paper>/``, and ``.../quick/`` with ``--quick``: a scratch folder git ignores; the committed
 reproductions under ``results/<paper>/`` are written with ``--out results/<paper>``).
 
-Output: ``experiment.toml`` (the file used), ``runs/``,
-``compare.csv``, ``compare_runs.csv``, ``compare_reach.csv``, ``compare.md``, ``figures/`` (PNG and PDF, one
-folder per figure group) and ``REPORT.md``: the verdicts, then one section per figure group with the paper's
-statements, what was measured, the verdicts and the figures. Finished runs are never deleted without
-``--force``; a run that fails is recorded (its reason in REPORT.md) and the others go on.
+Output: ``experiment.toml`` (the file used), ``runs/``, ``compare.csv``, ``compare_runs.csv``,
+``compare_reach.csv``, ``compare.md``, ``figures/`` (PNG and PDF, one folder per figure group), ``verdicts.csv``
+(each claim's result: ``edgeml reproduce --summary`` renders the scoreboard ``results/README.md`` from them) and
+``REPORT.md``: the verdicts, then one section per figure group with the paper's statements, what was measured,
+the verdicts (with the diagnoses of those that do not read holds) and the figures. Finished runs are never
+deleted without ``--force``; a run that fails is recorded (its reason in REPORT.md) and the others go on.
 
 The steps, one module each: ``load`` reads the experiment file into typed dataclasses, ``plan`` turns it into
 planned runs (pure), ``execute`` runs or keeps them (one at a time, side by side in child processes with
@@ -65,6 +66,11 @@ Experiment file ``experiments/<paper>.toml``::
     paper_value = 0.80
     seeds = [0, 1, 2]            # optional: the seeds it is decided on (default: all the runs share)
     targets = [0.9, 1.0]         # optional: check it at these targets (default: the headline target)
+    headline = true              # optional: the paper's abstract or conclusions state it (needs 5 seeds)
+    rule = "first"               # optional: the arrival rule it is decided on (window = N with "smoothed")
+    diagnosis = { cause = "budget", text = "...", ablations = ["adsp-long"] }   # optional: why it does not
+                                 # read holds (cause: setting, implementation, budget or claim), with the runs
+                                 # that test it, each decided in the claim's place
 
 Layers merge in this order, later winning key by key: settings, run config, quick, run quick, sweep values,
 then ``run.algorithm``/``run.seed`` (and ``--backend``).

@@ -2,7 +2,8 @@
 
 The committed report is ``results/<paper>/REPORT.md`` (``results/<paper>/quick/REPORT.md`` with ``--quick``),
 ``results/`` lying beside the experiment file's folder (``experiments/``). Its verdicts are read from the
-claims table at the top of the report (``render._verdicts`` writes it: ``| claim | at | verdict | section |``).
+claims table at the top of the report (``render._verdicts`` writes it; its ``claim``, ``at`` and ``verdict``
+columns are read, whatever others it has).
 A claim is matched by its text and where it was measured (the sweep point and target); verdicts are compared
 by kind (``holds``, ``weaker``, ``does not hold``...), without the bound in parentheses that a run which never
 reached its target adds (``holds (>= 65%)``), whose number moves with a procs run's timing.
@@ -18,7 +19,8 @@ from edgeml.analysis.verdicts import Result
 from edgeml.errors import UserError
 from edgeml.reproduce.load import Experiment
 
-HEADER = ["claim", "at", "verdict", "section"]
+HEADER = ("claim", "at", "verdict")
+"""The verdicts table's columns ``--check`` reads."""
 
 
 @dataclass
@@ -40,7 +42,8 @@ def committed_verdicts(exp: Experiment, quick: bool) -> Committed:
                         "not exist): reproduce without --check, or commit a reproduction there first")
     verdicts = parse_verdicts(path.read_text())
     if verdicts is None:
-        raise UserError(f"--check: {path} has no verdicts table (| claim | at | verdict | section |)")
+        raise UserError(f"--check: {path} has no verdicts table (with columns claim, at and verdict): "
+                        "re-render it with edgeml reproduce --resume")
     return Committed(path, verdicts)
 
 
@@ -58,12 +61,15 @@ def parse_verdicts(text: str) -> list[tuple[str, str, str]] | None:
     lines = [line for line in section.splitlines() if line.startswith("|")]
     if not lines:
         return []
-    if _cells(lines[0]) != HEADER:
+    header = _cells(lines[0])
+    if not set(HEADER) <= set(header):
         return None
+    at = [header.index(h) for h in HEADER]
     rows = []
     for line in lines[2:]:
-        claim, at, verdict, *_ = _cells(line) + ["", "", ""]
-        rows.append((claim, at, verdict.strip("*")))
+        cells = _cells(line) + [""] * len(header)
+        claim, where, verdict = (cells[i] for i in at)
+        rows.append((claim, where, verdict.strip("*")))
     return rows
 
 

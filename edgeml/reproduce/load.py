@@ -101,13 +101,17 @@ def experiment_dirs() -> list[Path]:
     return list(dict.fromkeys([Path.cwd() / "experiments", Path(edgeml.__file__).resolve().parents[1] / "experiments"]))
 
 
+def experiment_names() -> list[str]:
+    return sorted({p.stem for d in experiment_dirs() if d.is_dir() for p in d.glob("*.toml")})
+
+
 def find_experiment(paper: str) -> Path:
     if paper.endswith(".toml") and Path(paper).is_file():
         return Path(paper)
     for d in experiment_dirs():
         if (d / f"{paper}.toml").is_file():
             return d / f"{paper}.toml"
-    names = sorted({p.stem for d in experiment_dirs() if d.is_dir() for p in d.glob("*.toml")})
+    names = experiment_names()
     raise UserError(f"no experiment {paper!r}: choose one of {', '.join(names) or '(none)'} "
                     f"(files in {' or '.join(str(d) for d in experiment_dirs())})")
 
@@ -256,6 +260,12 @@ def load_experiment(paper: str) -> Experiment:
     figures = _figure_groups(where, doc, runs)
     baseline = e.baseline or runs[0].name
     claims = [parse_claim(c, where, baseline) for c in doc.get("claims", [])]
+    names = [r.name for r in runs]
+    for c in claims:
+        for a in c.diagnosis.ablations if c.diagnosis else ():
+            if a.split("[", 1)[0] not in names:
+                raise UserError(f"{where}: claim {c.text!r}: its diagnosis names ablation {a!r}, which is no run "
+                                f"of this experiment: add it as a [[runs]] entry or choose among {', '.join(names)}")
     return Experiment(path, e.paper or path.stem, e.title or path.stem, e.description, e.seeds, e.quick_seeds,
                       baseline, targets, e.differences, doc.get("settings", {}), doc.get("quick", {}), runs, claims,
                       figures)

@@ -12,33 +12,36 @@ from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timezone
 from pathlib import Path
 
+import numpy as np
 from rich.markup import escape
 from rich.table import Table
 
 import edgeml
 from edgeml.analysis.claims import Claim
 from edgeml.analysis.compare import Comparison, baseline_labels, choose_targets, claim_samples, compare
-from edgeml.analysis.convergence import Target
+from edgeml.analysis.convergence import RULE_NAMES, SMOOTH_WINDOW, Target
 from edgeml.analysis.figures import FigureFile, draw, plan_figures
 from edgeml.analysis.tables import md_table
-from edgeml.analysis.verdicts import HOLDS_SHARE, Result, evaluate
+from edgeml.analysis.claims import CAUSES, HEADLINE_SEEDS
+from edgeml.analysis.verdicts import HOLDS_SHARE, NEEDS_DIAGNOSIS, Result, evaluate, verdict_kind
 from edgeml.errors import UserError
 from edgeml.reproduce.load import Experiment
 from edgeml.reproduce.plan import PlannedRun
 from edgeml.rundir import Run, fmt_value, load_runs
 
-# The path below is the one committed reports were rendered with; the note must keep it (reports re-render
-# byte for byte), although the module now lives in edgeml/analysis/convergence.py.
 VERDICT_NOTE = (f"Each claim is decided on the mean over seeds with a 95% bootstrap interval (pairs by seed for "
-                f"comparisons; n = seeds). Measured effects: a reduction is 1 - run / baseline, a ratio baseline / "
-                f"run, a difference baseline - run (so an accuracy difference above 0 means the run is less accurate). "
+                f"comparisons; n = seeds), and each effect is said in words beside its number. "
                 f"*holds*: the interval lies on the paper's side and reaches the paper's "
                 f"figure within {1 - HOLDS_SHARE:.0%}; *weaker* / *stronger*: on the paper's side but entirely "
                 f"below / above it; *does not hold*: on the other side; *inconclusive*: the interval straddles no "
                 f"effect, or a run never reached the target so only a bound is known (\"holds (>= x)\" only when the "
-                f"bound alone proves it); *not resolved*: a time difference smaller than one evaluation interval "
-                f"(the resolution column). Times to a target are taken where the loss *stays* below it for the rest "
-                f"of the run (edgeml/convergence.py), unless a claim names another rule.")
+                f"bound alone proves it), or too few seeds decided it: one seed never decides a claim "
+                f"(\"inconclusive (one seed)\"), and a headline claim (**H**, the paper's abstract and conclusions) "
+                f"needs {HEADLINE_SEEDS} (\"inconclusive (3 of {HEADLINE_SEEDS} seeds)\", with what those seeds read); "
+                f"*not resolved*: a time difference smaller than one evaluation interval (the resolution column). "
+                f"Times to a target are taken where the metric *stays* at or beyond it for the rest of the run "
+                f"(edgeml/analysis/convergence.py), unless a claim names another rule; where the first reach of the "
+                f"target tells a different story (by more than one evaluation interval), it is shown beside.")
 
 
 @dataclass
@@ -76,7 +79,33 @@ def render(report: Report) -> Report:
         report.figures = draw_figures(exp, out, report.done, report.runs, report.cmp, report.processes)
         report.results = check_claims(exp, report.runs, report.cmp, report.planned)
     write_report(report)
+    write_verdicts(report)
     return report
+
+
+VERDICTS = "verdicts.csv"
+"""Every claim's result, one row each, beside REPORT.md: what the scoreboard (``edgeml.reproduce.summary``)
+is rendered from."""
+VERDICT_COLUMNS = ["claim", "headline", "at", "paper", "words", "measured", "n", "verdict", "provisional",
+                   "cause", "section"]
+
+
+def write_verdicts(report: Report) -> Path:
+    """``verdicts.csv``: each result of REPORT.md's verdicts table, with its claim's diagnosis cause."""
+    import csv
+
+    causes = {c.text: c.diagnosis.cause if c.diagnosis else "" for c in report.exp.claims}
+    titles = {g: report.exp.figures[g].title if g in report.exp.figures else "Figures" for g in report.figures}
+    path = report.out / VERDICTS
+    with path.open("w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(VERDICT_COLUMNS)
+        for x in report.results:
+            owes = verdict_kind(x.verdict) in NEEDS_DIAGNOSIS
+            w.writerow([x.claim, int(x.headline), claim_at(x), x.paper, x.words, x.measured, x.n, x.verdict,
+                        x.provisional, causes.get(x.claim, "") or ("not yet diagnosed" if owes else ""),
+                        titles.get(x.figure or "", "")])
+    return path
 
 
 def _baseline(exp: Experiment, runs: list[Run]) -> str | None:
@@ -120,17 +149,58 @@ def claim_targets(exp: Experiment, claim: Claim, cmp: Comparison) -> list[Target
     if not values:
         raise UserError(f"{exp.source.name}: claim {claim.text!r} needs targets: the experiment's rule is the "
                         "stopping rule, which has none")
-    return [Target(headline.metric, v, rule) for v in values]
+    return [Target(headline.metric, v, rule, window=claim.window or SMOOTH_WINDOW) for v in values]
+
+
+OTHER_RULE = {"stays": "first", "first": "stays", "smoothed": "stays"}
+"""The arrival rule a time to a target is also read by, beside the one its claim is decided on."""
 
 
 def check_claims(exp: Experiment, runs: list[Run], cmp: Comparison, planned: list[PlannedRun]) -> list[Result]:
     """Every claim at each of its targets, on the samples of the runs that finished; each result names the
-    figure group it is reported in."""
+    figure group it is reported in. A claim on a target is also read by the other arrival rule
+    (``OTHER_RULE``: first reach beside stays), reported where the two disagree by more than one evaluation
+    interval on some run (``_other_rule``); a claim's diagnosis's ablations are decided as the claim with each
+    in place of its run."""
     targets = {c: claim_targets(exp, c, cmp) for c in exp.claims}
+    others = {t: replace(t, rule=OTHER_RULE[t.rule]) for ts in targets.values() for t in ts if t.rule in OTHER_RULE}
     samples = claim_samples(runs, cmp.per_run, [c.metric for c in exp.claims],
-                            list(dict.fromkeys(t for ts in targets.values() for t in ts)))
-    return [replace(r, figure=claim_figure(c, planned))
-            for c in exp.claims for t in targets[c] or [None] for r in evaluate(c, samples, t.short if t else "")]
+                            list(dict.fromkeys([t for ts in targets.values() for t in ts] + list(others.values()))))
+    results = []
+    for c in exp.claims:
+        ablations = [replace(c, run=a, diagnosis=None, headline=False) for a in (c.diagnosis.ablations
+                                                                                 if c.diagnosis else ())]
+        for t in targets[c] or [None]:
+            key = t.key if t else ""
+            for r in evaluate(c, samples, key):
+                other = _other_rule(c, r, samples, t, others.get(t)) if t else ""
+                abl = tuple((a.run, x.words or x.measured, x.verdict) for a in ablations
+                            for x in evaluate(a, samples, key) if not r.at or x.at in ("", r.at))
+                results.append(replace(r, figure=claim_figure(c, planned), other_rule=other, ablations=abl))
+    return results
+
+
+def _other_rule(claim: Claim, result: Result, samples, target: Target, other: Target | None) -> str:
+    """What ``claim`` reads by the other arrival rule, where some run it compares (at the result's sweep point)
+    reaches the target more than one evaluation interval apart by the two rules, or by one rule only; else ""."""
+    if other is None or result.n == 0:
+        return ""
+    names = {claim.run, claim.baseline} - {None}
+    s = samples[(samples["metric"] == claim.metric) & (samples["run"].isin(names) | samples["spec"].isin(names))]
+    if result.at:
+        s = s[s["point"] == result.at]
+    cols = ["run", "seed", "lo", "hi", "resolution"]
+    both = s.loc[s["target"] == target.key, cols].merge(s.loc[s["target"] == other.key, cols], on=["run", "seed"],
+                                                        suffixes=("", "_o"))
+    censored = np.isinf(both["hi"]) != np.isinf(both["hi_o"])
+    apart = (both["lo"] - both["lo_o"]).abs() > both["resolution"]
+    if both.empty or not (censored | apart).any():
+        return ""
+    found = [x for x in evaluate(claim, samples, other.key) if x.at == result.at]
+    if not found:
+        return ""
+    o = found[0]
+    return f"by {RULE_NAMES[other.rule]}: {o.words or o.measured} ({o.measured}; {o.verdict})"
 
 
 def claim_figure(claim: Claim, planned: list[PlannedRun]) -> str:
@@ -150,9 +220,16 @@ def claims_table(exp: Experiment, quick: bool, results: list[Result]) -> Table:
         table.add_column(h, overflow="fold")
     for r in results:
         style = {"holds": "green", "weaker": "yellow", "stronger": "yellow"}.get(r.verdict.split(" (")[0], "red")
-        table.add_row(escape(r.claim), escape(claim_at(r)), str(r.n), escape(r.measured),
+        measured = f"{r.words}\n{r.measured}" if r.words else r.measured
+        table.add_row(escape(r.claim), escape(claim_at(r)), str(r.n), escape(measured),
                       f"[{style}]{escape(r.verdict)}[/]")
     return table
+
+
+def undiagnosed(exp: Experiment, results: list[Result]) -> list[Result]:
+    """The results that need a diagnosis and whose claim has none."""
+    diagnosed = {c.text for c in exp.claims if c.diagnosis}
+    return [r for r in results if verdict_kind(r.verdict) in NEEDS_DIAGNOSIS and r.claim not in diagnosed]
 
 
 def claim_at(r: Result) -> str:
@@ -176,16 +253,50 @@ def write_report(report: Report) -> Path:
 def _opening(r: Report) -> list[str]:
     note = ["> This is the **quick** reproduction: the description is the full experiment's; what the quick version "
             "changes is in the settings at the end of this report.", ""] if r.quick else []
-    return [f"# {r.exp.title}", "", *note, r.exp.description.strip(), ""]
+    ran = what_ran(r.runs)
+    return [f"# {r.exp.title}", "", *note, r.exp.description.strip(), "",
+            *([f"**What ran** (read from the runs behind this report): {ran}.", ""] if ran else [])]
+
+
+def what_ran(runs: list[Run]) -> str:
+    """The runs' set-ups as they were made, by backend: "17 runs on the sim backend: digits with mlp, 6
+    workers" (so a quick report says what its runs were, whatever the description says of the paper's)."""
+    groups: dict[str, dict[str, set]] = {}
+    counts: dict[str, int] = {}
+    for run in runs:
+        s = run.summary
+        backend = s.get("backend", "procs")
+        g = groups.setdefault(backend, {"data": set(), "workers": set()})
+        g["data"].add(f"{s['dataset']} with {s['model']}")
+        g["workers"].add(int(s["workers"]))
+        counts[backend] = counts.get(backend, 0) + 1
+    parts = []
+    for backend, g in groups.items():
+        w = sorted(g["workers"])
+        workers = f"{w[0]} workers" if len(w) == 1 else f"{', '.join(map(str, w[:-1]))} or {w[-1]} workers"
+        parts.append(f"{counts[backend]} runs on the {backend} backend: {', '.join(sorted(g['data']))}, {workers}")
+    return "; ".join(parts)
 
 
 def _verdicts(r: Report) -> list[str]:
     if not r.results:
         return ["## Verdicts", "", "(the experiment file lists no claims)", ""]
     sections = {g: r.exp.figures[g].title if g else "Figures" for g in r.figures}
-    rows = [[x.claim, claim_at(x), f"**{x.verdict}**", _link(sections.get(x.figure or "", "Figures"))]
-            for x in r.results]
-    return ["## Verdicts", "", md_table(["claim", "at", "verdict", "section"], rows), "", VERDICT_NOTE, ""]
+    rows = [[("**H** " if x.headline else "") + x.claim, claim_at(x), x.words or x.measured, f"**{x.verdict}**",
+             _link(sections.get(x.figure or "", "Figures"))] for x in r.results]
+    return ["## Verdicts", "", *_counts(r), md_table(["claim", "at", "ours", "verdict", "section"], rows), "",
+            VERDICT_NOTE, ""]
+
+
+def _counts(r: Report) -> list[str]:
+    """The line at the top of a report: how many results read each verdict, and how many await a diagnosis."""
+    counts: dict[str, int] = {}
+    for x in r.results:
+        counts[verdict_kind(x.verdict)] = counts.get(verdict_kind(x.verdict), 0) + 1
+    waiting = len(undiagnosed(r.exp, r.results))
+    headline = sum(x.headline for x in r.results)
+    return [f"**{len(r.results)} results** ({headline} on headline claims): "
+            + ", ".join(f"{n} {k}" for k, n in counts.items()) + f"; **{waiting} not yet diagnosed**.", ""]
 
 
 def _link(title: str) -> str:
@@ -212,7 +323,7 @@ def _figure_sections(r: Report) -> list[str]:
         lines += ["Runs: " + ", ".join(f"`{m}`" for m in members) + ".", ""]
         mine = [x for x in r.results if (x.figure or "") == gid]
         if mine:
-            lines += [_claims_table(mine), ""]
+            lines += [_claims_table(mine), "", *_notes(r.exp, mine)]
         for f in files:
             rel = f.png.relative_to(r.out).as_posix()
             lines += [f"**{f.caption}** ([PDF]({rel[:-4]}.pdf))", "", f"![{f.name}]({rel})", ""]
@@ -222,10 +333,32 @@ def _figure_sections(r: Report) -> list[str]:
 def _claims_table(results: list[Result]) -> str:
     rows, last = [], None
     for r in results:
-        rows.append(["" if r.claim == last else r.claim, r.paper, claim_at(r), str(r.n), r.measured, r.resolution,
-                     f"**{r.verdict}**"])
+        verdict = f"**{r.verdict}**" + (f": reads {r.provisional} on these" if r.provisional else "")
+        rows.append(["" if r.claim == last else ("**H** " if r.headline else "") + r.claim, r.paper, claim_at(r),
+                     str(r.n), r.words or "-", r.measured, r.resolution, verdict])
         last = r.claim
-    return md_table(["the paper says", "paper", "at", "n", "measured [95% CI]", "resolution", "verdict"], rows)
+    return md_table(["the paper says", "paper", "at", "n", "ours, in words", "measured [95% CI]", "resolution",
+                     "verdict"], rows)
+
+
+def _notes(exp: Experiment, results: list[Result]) -> list[str]:
+    """Under a section's claims table: where the other arrival rule reads differently, and the diagnosis of
+    each claim that does not read holds (its cause, how, the ablations' measured effects), or that it has none."""
+    lines = []
+    for r in results:
+        if r.other_rule:
+            lines.append(f"- *{r.claim}* ({claim_at(r)}), {r.other_rule}.")
+    claims = {c.text: c for c in exp.claims}
+    owing = list(dict.fromkeys(r.claim for r in results if verdict_kind(r.verdict) in NEEDS_DIAGNOSIS))
+    for text in owing:
+        d = claims[text].diagnosis if text in claims else None
+        if d is None:
+            lines.append(f"- *{text}*: **not yet diagnosed**.")
+            continue
+        lines.append(f"- *{text}*: **{CAUSES[d.cause]}**: {d.text}")
+        for run, measured, verdict in dict.fromkeys(a for r in results if r.claim == text for a in r.ablations):
+            lines.append(f"  - ablation `{run}`: {measured} ({verdict} with it in the claim's place).")
+    return lines + [""] if lines else []
 
 
 def _results(r: Report) -> list[str]:
