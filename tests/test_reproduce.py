@@ -435,3 +435,21 @@ def test_summary_and_a_missing_paper_are_one_line_errors_or_the_scoreboard(tmp_p
     board = (tmp_path / "README.md").read_text()
     assert "| [toy](toy/REPORT.md) | 1 | 1 | 1 holds | 0 |" in board
     assert "| X is fast | - | 2.00x | x 2x as fast (2.00x) | 5 | **holds** | - |" in board
+
+
+def test_check_reads_the_committed_verdicts_past_the_headline_mark():
+    """``--check`` matches claims by text: the mark before a headline claim's text is not part of it, so every
+    committed verdict names a claim of its experiment file."""
+    from pathlib import Path
+
+    from edgeml.reproduce.check import committed_verdicts
+
+    results = Path(__file__).resolve().parents[1] / "results"
+    checked = 0
+    for report in sorted(results.glob("*/quick/REPORT.md")):
+        exp = load_experiment(report.parent.parent.name)
+        texts = {c.text for c in exp.claims}
+        verdicts = committed_verdicts(exp, quick=True).verdicts
+        assert {claim for claim, _, _ in verdicts} <= texts, report
+        checked += sum(c.headline for c in exp.claims)
+    assert checked > 0  # some experiment has headline claims, so the mark was there to read past

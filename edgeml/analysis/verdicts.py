@@ -65,6 +65,8 @@ class Result:
     ablations: tuple = ()  # (run, measured, verdict) of each ablation of the claim's diagnosis
 
 
+HEADLINE_MARK = "**H** "
+"""Before a headline claim's text in a report's tables (``edgeml.reproduce.check`` reads past it)."""
 DECISIVE = ("holds", "weaker", "stronger", "does not hold")
 """The verdicts that decide a claim (with or without a bound: "holds (>= 40%)")."""
 NEEDS_DIAGNOSIS = ("weaker", "does not hold", "inconclusive", "not resolved")

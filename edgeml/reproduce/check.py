@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgeml.analysis.verdicts import Result
+from edgeml.analysis.verdicts import HEADLINE_MARK, Result
 from edgeml.errors import UserError
 from edgeml.reproduce.load import Experiment
 
@@ -69,7 +69,7 @@ def parse_verdicts(text: str) -> list[tuple[str, str, str]] | None:
     for line in lines[2:]:
         cells = _cells(line) + [""] * len(header)
         claim, where, verdict = (cells[i] for i in at)
-        rows.append((claim, where, verdict.strip("*")))
+        rows.append((claim.removeprefix(HEADLINE_MARK), where, verdict.strip("*")))
     return rows
 
 

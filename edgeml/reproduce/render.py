@@ -23,7 +23,8 @@ from edgeml.analysis.convergence import RULE_NAMES, SMOOTH_WINDOW, Target
 from edgeml.analysis.figures import FigureFile, draw, plan_figures
 from edgeml.analysis.tables import md_table
 from edgeml.analysis.claims import CAUSES, HEADLINE_SEEDS
-from edgeml.analysis.verdicts import HOLDS_SHARE, NEEDS_DIAGNOSIS, Result, evaluate, verdict_kind
+from edgeml.analysis.verdicts import (HEADLINE_MARK, HOLDS_SHARE, NEEDS_DIAGNOSIS, Result, evaluate,
+                                     verdict_kind)
 from edgeml.errors import UserError
 from edgeml.reproduce.load import Experiment
 from edgeml.reproduce.plan import PlannedRun
@@ -282,8 +283,8 @@ def _verdicts(r: Report) -> list[str]:
     if not r.results:
         return ["## Verdicts", "", "(the experiment file lists no claims)", ""]
     sections = {g: r.exp.figures[g].title if g else "Figures" for g in r.figures}
-    rows = [[("**H** " if x.headline else "") + x.claim, claim_at(x), x.words or x.measured, f"**{x.verdict}**",
-             _link(sections.get(x.figure or "", "Figures"))] for x in r.results]
+    rows = [[(HEADLINE_MARK if x.headline else "") + x.claim, claim_at(x), x.words or x.measured,
+             f"**{x.verdict}**", _link(sections.get(x.figure or "", "Figures"))] for x in r.results]
     return ["## Verdicts", "", *_counts(r), md_table(["claim", "at", "ours", "verdict", "section"], rows), "",
             VERDICT_NOTE, ""]
 
@@ -334,8 +335,8 @@ def _claims_table(results: list[Result]) -> str:
     rows, last = [], None
     for r in results:
         verdict = f"**{r.verdict}**" + (f": reads {r.provisional} on these" if r.provisional else "")
-        rows.append(["" if r.claim == last else ("**H** " if r.headline else "") + r.claim, r.paper, claim_at(r),
-                     str(r.n), r.words or "-", r.measured, r.resolution, verdict])
+        rows.append(["" if r.claim == last else (HEADLINE_MARK if r.headline else "") + r.claim, r.paper,
+                     claim_at(r), str(r.n), r.words or "-", r.measured, r.resolution, verdict])
         last = r.claim
     return md_table(["the paper says", "paper", "at", "n", "ours, in words", "measured [95% CI]", "resolution",
                      "verdict"], rows)
