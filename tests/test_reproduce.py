@@ -426,6 +426,13 @@ def test_summary_and_a_missing_paper_are_one_line_errors_or_the_scoreboard(tmp_p
         result = CliRunner().invoke(cli.app, args)
         assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output, args
     assert list(tmp_path.iterdir()) == []
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "verdicts.csv").write_text("a,b\n1,2\n")
+    result = CliRunner().invoke(cli.app, ["reproduce", "--summary", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "lacks the column(s) claim" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "README.md").exists()
+    (tmp_path / "odd" / "verdicts.csv").unlink()
+    (tmp_path / "odd").rmdir()
     paper = tmp_path / "toy"
     paper.mkdir()
     (paper / "verdicts.csv").write_text("claim,headline,at,paper,words,measured,n,verdict,provisional,cause,section\n"

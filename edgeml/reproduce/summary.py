@@ -20,9 +20,24 @@ from edgeml.errors import UserError
 SCOREBOARD = "README.md"
 
 
+COLUMNS = ("claim", "headline", "at", "paper", "words", "measured", "n", "verdict", "cause")
+"""The columns of ``verdicts.csv`` the scoreboard reads (``edgeml.reproduce.render.VERDICT_COLUMNS`` writes them)."""
+
+
 def read_verdicts(path: Path) -> list[dict[str, str]]:
-    with path.open(newline="") as f:
-        return list(csv.DictReader(f))
+    """A reproduction's ``verdicts.csv``; a UserError naming the file where it cannot be read as one."""
+    try:
+        with path.open(newline="") as f:
+            reader = csv.DictReader(f)
+            rows = list(reader)
+            missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise UserError(f"--summary: cannot read {path} ({exc}): re-render that reproduction with "
+                        "edgeml reproduce PAPER --resume --out FOLDER") from None
+    if missing:
+        raise UserError(f"--summary: {path} lacks the column(s) {', '.join(missing)}: it is no verdicts.csv "
+                        "edgeml wrote; re-render that reproduction with edgeml reproduce PAPER --resume --out FOLDER")
+    return rows
 
 
 def render_summary(results: Path) -> str:
