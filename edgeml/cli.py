@@ -339,8 +339,9 @@ def reproduce(
         None, "--address", help="Join the running Ray cluster at this address (host:port, as `ray start --head` "
                                 "prints it); implies --cluster ray. --jobs then caps the CPUs used (default: all)."),
     summary: bool = typer.Option(False, "--summary", help="Render the scoreboard, README.md in the results folder "
-                                                          "(--out, default results/), from each reproduction's "
-                                                          "verdicts.csv there; no PAPER, nothing run."),
+                                                          "(--out; default results/ here, else the checkout's), "
+                                                          "from each reproduction's verdicts.csv there; no PAPER, "
+                                                          "nothing run."),
 ) -> None:
     """Run a paper's experiment: the system and its baselines; write tables, figures and REPORT.md with verdicts."""
     from edgeml.reproduce import reproduce as run_experiment
@@ -353,7 +354,11 @@ def reproduce(
         if paper is not None:
             raise UserError(f"--summary takes no PAPER (got {paper!r}): it renders the scoreboard of every "
                             "reproduction in --out (default results/)")
-        folder = out or Path("results")
+        import edgeml
+
+        # default: ./results, else the checkout's (beside its experiments/, where the committed reports are)
+        folder = out or next((f for f in (Path("results"), Path(edgeml.__file__).resolve().parents[1] / "results")
+                              if f.is_dir()), Path("results"))
         if not folder.is_dir():
             raise UserError(f"--summary: {folder} is no folder: give --out the folder holding results/<paper>/")
         print(write_summary(folder))
