@@ -304,18 +304,16 @@ def test_the_eta_comes_from_the_estimates_then_from_the_runs_that_ended(monkeypa
 
 def test_workers_end_as_soon_as_the_driver_closes_their_pipes():
     """Forked workers (``start_workers``, this process running no other thread) hold no copy of another
-    worker's pipe end: each sees its pipe close and exits by itself, none is left to be killed."""
+    worker's pipe end: each sees its pipe close and exits by itself (exit 0), none is left to be killed
+    (``close`` kills a worker that has not exited 5 s after its pipe closed: exit -9)."""
     import sys
     import threading
-    import time
 
     from edgeml.reproduce import parallel
 
     workers = parallel.start_workers(3)
     if sys.platform.startswith("linux") and threading.active_count() == 1:
         assert all(w.proc._start_method == "fork" for w in workers)
-    t0 = time.monotonic()
     for w in workers:
         w.close()
     assert [w.proc.exitcode for w in workers] == [0, 0, 0]
-    assert time.monotonic() - t0 < 4.0  # a worker that does not exit is killed after 5 s
