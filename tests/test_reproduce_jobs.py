@@ -3,6 +3,8 @@ against the committed report) and each run's recorded cost (meta.json's wall_s a
 
 from __future__ import annotations
 
+import os
+
 import gzip
 import importlib
 import json
@@ -303,17 +305,19 @@ def test_the_eta_comes_from_the_estimates_then_from_the_runs_that_ended(monkeypa
 
 
 def test_workers_end_as_soon_as_the_driver_closes_their_pipes():
-    """Forked workers (``start_workers``, this process running no other thread) hold no copy of another
-    worker's pipe end: each sees its pipe close and exits by itself (exit 0), none is left to be killed
-    (``close`` kills a worker that has not exited 5 s after its pipe closed: exit -9)."""
+    """Forked workers (``start_workers`` in a process running no other thread: a fresh one here) hold no copy
+    of another worker's pipe end: each sees its pipe close and exits by itself (exit 0), none is left to be
+    killed (``close`` kills a worker that has not exited 5 s after its pipe closed: exit -9)."""
+    import subprocess
     import sys
-    import threading
 
-    from edgeml.reproduce import parallel
-
-    workers = parallel.start_workers(3)
-    if sys.platform.startswith("linux") and threading.active_count() == 1:
-        assert all(w.proc._start_method == "fork" for w in workers)
-    for w in workers:
-        w.close()
-    assert [w.proc.exitcode for w in workers] == [0, 0, 0]
+    code = ("from edgeml.reproduce import parallel\n"
+            "workers = parallel.start_workers(3)\n"
+            "methods = [w.proc._start_method for w in workers]\n"
+            "for w in workers:\n    w.close()\n"
+            "print(methods, [w.proc.exitcode for w in workers])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    expected = "fork" if sys.platform.startswith("linux") else "spawn"
+    assert done.stdout.strip() == f"{[expected] * 3} [0, 0, 0]", done.stdout + done.stderr
