@@ -207,8 +207,11 @@ def test_claims_on_a_sweep_are_checked_at_every_point():
     at_every = evaluate(claim(), table, "loss<=0.9")
     assert [(r.at, r.measured, r.verdict) for r in at_every] == [
         ("cluster.hetero=H=1.6", "25%", "holds"), ("cluster.hetero=H=3.2", "62%", "holds")]
+    # the point is the result's "at": the words name the runs without it
+    assert at_every[1].words == "new takes 62% less time than base to reach the target"
     (one,) = evaluate(claim(paper=0.624, run="new[cluster.hetero=H=3.2]"), table, "loss<=0.9")
     assert one.verdict == "holds" and one.at == ""
+    assert one.words.startswith("new[cluster.hetero=H=3.2] takes 62% less time than base[cluster.hetero=H=3.2]")
     # the gap grows with H: the time difference goes from 100 s to 500 s
     trend = verdict(Claim("t", "time_to_target", "new", "trend", "base", None, direction="increasing",
                           effect="difference"), table)

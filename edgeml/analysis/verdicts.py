@@ -182,7 +182,7 @@ def _evaluate_one(claim: Claim, label: str, rows: pd.DataFrame, result: dict, un
         resolved = not (unit and iv.exact and claim.op != "between" and abs(iv.low - claim.paper_value) < res)
         return Result(**result, measured=_measured(iv, claim, False, hi_open), n=iv.n,
                       resolution=_resolution_text(res, unit), verdict=decide_value(iv, claim, hi_open, resolved),
-                      words=effect_words(claim, iv, label, "", False, hi_open))
+                      words=effect_words(claim, iv, _named(label, result), "", False, hi_open))
     base_label = claim.baseline
     if not (rows["run"] == base_label).any() and "[" in label and "[" not in base_label:
         base_label = claim.baseline + label[label.index("["):]  # a sweep point pairs with the same point
@@ -204,7 +204,8 @@ def _evaluate_one(claim: Claim, label: str, rows: pd.DataFrame, result: dict, un
         resolved = True  # a difference below the resolution lies within a margin at least as wide: decide on it
     return Result(**result, measured=_measured(iv, claim, lo_open, hi_open), n=iv.n,
                   resolution=_resolution_text(res, unit), verdict=decide(iv, claim, lo_open, hi_open, resolved),
-                  words=effect_words(claim, iv, label, base_label, lo_open, hi_open))
+                  words=effect_words(claim, iv, _named(label, result), _named(base_label, result), lo_open,
+                                     hi_open))
 
 
 def _evaluate_trend(claim: Claim, rows: pd.DataFrame, result: dict, missing, unit: str) -> Result:
@@ -391,6 +392,12 @@ def metric_noun(metric: str) -> str:
 def _magnitude(claim: Claim, v: float) -> str:
     """An effect's size without its sign, as ``_fmt`` writes it ("45%", "0.8 pp" as "0.8 pt", "12 s")."""
     return _fmt(claim, abs(v), effect=True).replace(" pp", " pt")
+
+
+def _named(label: str, result: dict) -> str:
+    """A run as the words name it: a swept run's point is the result's "at" already ("fig5-adsp", not
+    "fig5-adsp[cluster.hetero=H=1.6]")."""
+    return label.split("[", 1)[0] if result.get("at") and label.endswith("]") else label
 
 
 def effect_words(claim: Claim, iv: Interval, run: str, base: str, lo_open: bool, hi_open: bool) -> str:
