@@ -173,17 +173,22 @@ def check_claims(exp: Experiment, runs: list[Run], cmp: Comparison, planned: lis
                                                                                  if c.diagnosis else ())]
         for t in targets[c] or [None]:
             key = t.key if t else ""
+            # read once per claim and target: a swept claim's points each pick theirs
+            by_other = evaluate(c, samples, others[t].key) if t in others else []
+            by_ablation = [(a.run, x) for a in ablations for x in evaluate(a, samples, key)]
             for r in evaluate(c, samples, key):
-                other = _other_rule(c, r, samples, t, others.get(t)) if t else ""
-                abl = tuple((a.run, x.words or x.measured, x.verdict) for a in ablations
-                            for x in evaluate(a, samples, key) if not r.at or x.at in ("", r.at))
+                other = _other_rule(c, r, samples, t, others.get(t), by_other) if t else ""
+                abl = tuple((run, x.words or x.measured, x.verdict) for run, x in by_ablation
+                            if not r.at or x.at in ("", r.at))
                 results.append(replace(r, figure=claim_figure(c, planned), other_rule=other, ablations=abl))
     return results
 
 
-def _other_rule(claim: Claim, result: Result, samples, target: Target, other: Target | None) -> str:
-    """What ``claim`` reads by the other arrival rule, where some run it compares (at the result's sweep point)
-    reaches the target more than one evaluation interval apart by the two rules, or by one rule only; else ""."""
+def _other_rule(claim: Claim, result: Result, samples, target: Target, other: Target | None,
+                by_other: list[Result]) -> str:
+    """What ``claim`` reads by the other arrival rule (``by_other``: its results by that rule), where some run it
+    compares (at the result's sweep point) reaches the target more than one evaluation interval apart by the two
+    rules, or by one rule only; else ""."""
     if other is None or result.n == 0:
         return ""
     names = {claim.run, claim.baseline} - {None}
@@ -197,7 +202,7 @@ def _other_rule(claim: Claim, result: Result, samples, target: Target, other: Ta
     apart = (both["lo"] - both["lo_o"]).abs() > both["resolution"]
     if both.empty or not (censored | apart).any():
         return ""
-    found = [x for x in evaluate(claim, samples, other.key) if x.at == result.at]
+    found = [x for x in by_other if x.at == result.at]
     if not found:
         return ""
     o = found[0]
