@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgeml import __version__
 from edgeml.errors import UserError
-from edgeml.schema import COMMON_SECTIONS, Config
+from edgeml.schema import COMMON_SECTIONS, FORMER_DEFAULTS, Config
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -317,6 +317,7 @@ class Run:
     spec: str = ""  # the method: the experiment's [[runs]] name, or the algorithm
     point: dict = field(default_factory=dict)  # its sweep values (or the config keys that set it apart)
     experiment: str = ""  # "adsp", "adsp --quick"; "" when not written by reproduce
+    name: str = ""  # what figures and verdicts call it (its [[runs]] label); "" for its algorithm's display name
 
     @property
     def seed(self) -> int:
@@ -325,11 +326,6 @@ class Run:
     @property
     def setting(self) -> str:
         return ",".join(f"{k}={fmt_value(v)}" for k, v in self.point.items())
-
-    @property
-    def method(self) -> str:
-        """What figures colour by: the algorithm."""
-        return self.summary["algorithm"]
 
     def meta(self) -> dict:
         p = self.path / META
@@ -430,8 +426,10 @@ def load_run(path: Path) -> Run:
 
 def flat_config(run: Run) -> dict[str, Any]:
     """The run's config as {"section.key": value}. A key its config lacks (written before the key existed)
-    counts as its default, so old and new runs differ only where they do."""
-    return {**_config_defaults(), **_flatten(run.config)}
+    counts as its default, so old and new runs differ only where they do; or as what runs did before it
+    existed, where its default changed that (``schema.FORMER_DEFAULTS``: an old ADSP run's reward clock)."""
+    former = {k: v for k, v in FORMER_DEFAULTS.items() if k.split(".", 1)[0] in run.config}
+    return {**_config_defaults(), **former, **_flatten(run.config)}
 
 
 def _flatten(config: dict) -> dict[str, Any]:

@@ -288,6 +288,17 @@ class LoadSection:
     """Directory of the disk workloads' temporary files (empty: the system's; a tmpfs reaches no disk)."""
 
 
+FORMER_DEFAULTS: dict[str, object] = {
+    "adsp.reward_clock": "trial",
+    "adacomm.reward_clock": "trial",
+    "fixed_adacomm.reward_clock": "trial",
+}
+"""What a run made before a setting existed did, for the settings added with a default that changed what edgeml
+does (``section.key``: value). A run directory whose config lacks such a key is read as having this value (it
+is no run of the new default: ``edgeml reproduce --resume`` runs it again); any other key it lacks counts as
+the new default, which does what edgeml did before."""
+
+
 COMMON_SECTIONS: dict[str, type] = {
     "run": RunSection,
     "data": DataSection,

@@ -22,18 +22,53 @@ from edgeml.runner import prepare
 # ------------------------------------------------------------------------------------------ pure functions
 
 
+@pytest.mark.parametrize("clock", ["run", "trial"])
 @pytest.mark.parametrize("a1, a2, a3", [(0.5, 1.0, 0.2), (1.3, 0.4, 0.05), (0.2, 2.5, 1.0)])
-def test_reward_fit_recovers_known_parameters(a1, a2, a3):
-    times = np.linspace(10.0, 70.0, 7)  # the fit measures t from the first sample
-    losses = loss_curve(times - 10.0, a1, a2, a3)
+def test_reward_fit_recovers_known_parameters(a1, a2, a3, clock):
+    # on the run's clock the curve is a function of the times as given; on the trial's, of the time since the
+    # first sample (a trial from t = 0, where a2 still shows: later on the run's clock the curve is all but
+    # 1/(a1^2 t) + a3, and a2 is not identified, only the time to the target, which the next tests check)
+    times = np.linspace(10.0, 70.0, 7) if clock == "trial" else np.linspace(0.0, 60.0, 7)
+    losses = loss_curve(times - times[0], a1, a2, a3)
     target = a3 + 0.5 * (losses[-1] - a3)
-    fit = fit_reward(times, losses, target)
+    fit = fit_reward(times, losses, target, clock=clock)
     assert (fit.rule, fit.degenerate) == ("curve", "")
     assert (fit.a1, fit.a2, fit.a3) == pytest.approx((a1, a2, a3), rel=1e-4, abs=1e-6)
     assert fit.reward == pytest.approx(a1 ** 2 / (1 / (target - a3) - a2), rel=1e-4)  # the paper's formula
     # r is the inverse of the time at which the fitted curve reaches the target
     assert loss_curve(1 / fit.reward, a1, a2, a3) == pytest.approx(target, rel=1e-6)
     assert fit.r2 == pytest.approx(1.0, abs=1e-9) and fit.rmse < 1e-6
+
+
+def _one_curve_trials(a1: float, start: float, length: float = 40.0) -> tuple[np.ndarray, np.ndarray]:
+    """A trial's five loss samples from the O(1/t) curve l = 1/(a1^2 t + 0.4) + 0.2 of the run's clock."""
+    t = start + np.linspace(0.0, length, 5)
+    return t, loss_curve(t, a1, 0.4, 0.2)
+
+
+@pytest.mark.parametrize("first, second", [(0.0, 40.0), (40.0, 80.0), (100.0, 140.0), (20.0, 300.0)])
+def test_two_trials_on_one_loss_curve_get_the_same_reward_whatever_their_start(first, second):
+    """Sec. 4.2: the reward compares configurations "when they do not start with the same system state". Two
+    trials of one configuration, one after the other on one O(1/t) curve, tie on the run's clock (within 5%);
+    from each trial's own start the later one wins, which is what made the search climb."""
+    early, late = _one_curve_trials(0.1, first), _one_curve_trials(0.1, second)
+    target = 0.5 * min(early[1].min(), late[1].min()) + 0.1  # ahead of both, above the asymptote 0.2
+    r_early, r_late = (fit_reward(*trial, target).reward for trial in (early, late))
+    assert r_late == pytest.approx(r_early, rel=0.05)
+    # both predict the time at which the curve reaches the target: 1 / r on the run's clock
+    assert 1 / r_early == pytest.approx((1 / (target - 0.2) - 0.4) / 0.01, rel=0.05)
+    trial_early, trial_late = (fit_reward(*trial, target, clock="trial").reward for trial in (early, late))
+    assert trial_late > 1.1 * trial_early  # the biased rule
+
+
+@pytest.mark.parametrize("faster_first", [True, False])
+def test_a_faster_curve_wins_in_either_order(faster_first):
+    """A configuration whose loss falls faster gets the larger reward, whether its trial comes first or
+    second: the search does not favour the trial that happens to come later."""
+    fast_start, slow_start = (60.0, 100.0) if faster_first else (100.0, 60.0)
+    fast, slow = _one_curve_trials(0.13, fast_start), _one_curve_trials(0.1, slow_start)
+    target = 0.5 * min(fast[1].min(), slow[1].min()) + 0.1
+    assert fit_reward(*fast, target).reward > fit_reward(*slow, target).reward
 
 
 def test_reward_fit_with_three_samples_start_middle_end():

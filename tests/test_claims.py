@@ -211,7 +211,8 @@ def test_claims_on_a_sweep_are_checked_at_every_point():
     assert at_every[1].words == "new takes 62% less time than base to reach the target"
     (one,) = evaluate(claim(paper=0.624, run="new[cluster.hetero=H=3.2]"), table, "loss<=0.9")
     assert one.verdict == "holds" and one.at == ""
-    assert one.words.startswith("new[cluster.hetero=H=3.2] takes 62% less time than base[cluster.hetero=H=3.2]")
+    # a run named with its point: the point follows as readers see a setting, not as a config key
+    assert one.words.startswith("new (H=3.2) takes 62% less time than base (H=3.2)")
     # the gap grows with H: the time difference goes from 100 s to 500 s
     trend = verdict(Claim("t", "time_to_target", "new", "trend", "base", None, direction="increasing",
                           effect="difference"), table)
@@ -408,6 +409,24 @@ def test_words_match_the_sign_for_both_claim_directions():
     assert higher.words == lower.words and higher.verdict == "does not hold"
     slower = evaluate(claim(), timed({0: 1500.0, 1: 1500.0}, {0: 1000.0, 1: 1000.0}), "loss<=0.9")[0]
     assert slower.words == "new takes 50% more time than base to reach the target"
+
+
+def test_the_words_call_runs_by_their_names_in_the_papers_unless_two_would_read_alike():
+    table = timed({0: 200.0, 1: 200.0}, {0: 1000.0, 1: 1000.0})
+    (r,) = evaluate(claim(), table, "loss<=0.9", names={"new": "ADSP", "base": "BSP"})
+    assert r.words == "ADSP takes 80% less time than BSP to reach the target"
+    # two ADSP runs (a fixed rate against the searched one) keep the experiment's names, which tell them apart
+    (same,) = evaluate(claim(), table, "loss<=0.9", names={"new": "ADSP", "base": "ADSP"})
+    assert same.words == "new takes 80% less time than base to reach the target"
+    # a run named with its sweep point keeps the point after its name
+    from edgeml.analysis.verdicts import words_names
+
+    assert words_names(["new[cluster.hetero=H=2]", "base"], {}, {"new": "ADSP", "base": "BSP"}) == \
+        ["ADSP (H=2)", "BSP"]
+    assert words_names(["esync[data.partition=iid,network.commit_delay_s=8.0]", "ssgd"], {},
+                       {"esync": "ESync", "ssgd": "SSGD"}) == ["ESync (iid, commit_delay_s=8)", "SSGD"]
+    assert words_names(["new[cluster.hetero=H=2]", "base"], {"at": "cluster.hetero=H=2"},
+                       {"new": "ADSP", "base": "BSP"}) == ["ADSP", "BSP"]
 
 
 def _accuracy(run: list[float], base: list[float], metric: str = "final_accuracy") -> pd.DataFrame:

@@ -5,6 +5,7 @@ byte for byte from those runs is ``test_rendering.py``."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -67,3 +68,33 @@ def test_every_committed_run_is_compacted(paper):
     assert not bulky, (f"{len(bulky)} committed run files are not compacted (e.g. {', '.join(bulky[:3])}): rerun "
                        "`edgeml reproduce PAPER --resume --out results/PAPER`, which compacts its finished runs, "
                        "or edgeml.analysis.figures.compact_run on each run directory")
+
+
+REPORTS = sorted(p.parent for p in [*RESULTS.glob("*/REPORT.md"), *RESULTS.glob("*/quick/REPORT.md")])
+RAW_KEY = re.compile(r"\b[a-z_]+\.[a-z_]+=")  # "cluster.hetero=", "snap.weights="
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("folder", REPORTS, ids=[p.relative_to(RESULTS).as_posix() for p in REPORTS])
+def test_no_committed_figure_names_a_series_by_a_raw_config_key_or_a_dash(folder, monkeypatch):
+    """What the legends of a committed report's figures say, computed as its figures were drawn: each figure
+    group's methods, settings and run names. None is a raw ``section.key=value`` or a "-" (or empty where it
+    names something)."""
+    from edgeml.analysis.figures import group_settings, method_of, run_names
+    from edgeml.reproduce.load import load_experiment
+    from edgeml.reproduce.plan import plan
+
+    monkeypatch.setenv("EDGEML_DATA", str(folder))  # planning checks no data set here: names only
+    exp = load_experiment(str(folder / "experiment.toml"))
+    planned = plan(exp, folder.name == "quick")
+    names = exp.run_names()
+    runs = rundir.load_runs([str(folder / "runs" / p.dirname) for p in planned])
+    for r in runs:
+        r.name = names.get(r.spec, "")
+    for gid in dict.fromkeys(g for p in planned for g in p.figures):
+        members = {p.name for p in planned if gid in p.figures}
+        group = [r for r in runs if r.label in members]
+        settings = group_settings(group, exp.labels)
+        shown = [method_of(r) for r in group] + list(settings.values()) + list(run_names(group, settings).values())
+        bad = [s for s in shown if RAW_KEY.search(s) or s.strip() == "-"]
+        assert not bad, f"{folder.name} figure group {gid!r}: {bad[:3]}"

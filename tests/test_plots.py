@@ -41,7 +41,9 @@ def test_convergence_axes(x, label):
     acc, loss = fig.axes[:2]
     assert (acc.get_xlabel(), acc.get_ylabel()) == (label, "test accuracy")
     assert (loss.get_xlabel(), loss.get_ylabel()) == (label, "test loss")
-    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["adacomm", "fixed_adacomm", "adsp"]
+    # ADACOMM's curve is Fixed ADACOMM's here: the legend says so, rather than leave a reader looking for it
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["adacomm (same curve as fixed_adacomm)",
+                                                                  "fixed_adacomm", "adsp"]
     assert "digits, mlp" in fig._suptitle.get_text()
     assert len(data_lines(acc)) == 3 and acc.collections  # mean lines and the seed bands
 
@@ -75,7 +77,7 @@ def test_identical_curves_of_two_methods_stay_distinguishable():
 
 
 def test_colour_means_the_method_and_line_style_the_setting():
-    fig = plots.convergence(evals_frame(("cluster.hetero=1:1:3", "cluster.hetero=1:1:5")), "time_s")
+    fig = plots.convergence(evals_frame(("1:1:3", "1:1:5")), "time_s")
     lines = data_lines(fig.axes[0])
     assert len(lines) == 6
     by_run = {(round(sum(mcolors.to_rgb(line.get_color())), 4), line.get_linestyle()) for line in lines}
@@ -83,8 +85,8 @@ def test_colour_means_the_method_and_line_style_the_setting():
     assert len({line.get_linestyle() for line in lines}) == 2  # one style per setting
     assert len({line.get_color() for line in lines}) == 3      # one colour per method
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert labels == ["adacomm", "fixed_adacomm", "adsp", "1:1:3", "1:1:5"]
-    assert fig.legends[0].get_title().get_text() == "method; cluster.hetero"
+    assert labels == ["adacomm (same curve as fixed_adacomm)", "fixed_adacomm", "adsp", "1:1:3", "1:1:5"]
+    assert fig.legends[0].get_title().get_text() == ""  # the entries name themselves
 
 
 def reach_frame() -> pd.DataFrame:
@@ -101,7 +103,7 @@ def reach_frame() -> pd.DataFrame:
 def test_bars_with_long_setting_labels_never_print_them_over_each_other():
     # AdaComp's Fig. 4 group: six settings named by three keys, one a long speed pattern
     rows = [{"method": "adacomp", "seed": s, "time_lo": 5.0, "time_hi": 5.0, "steps_lo": 100.0, "steps_hi": 100.0,
-             "setting": f"data.train_samples={n},cluster.hetero={h},adacomp.c={c}"}
+             "setting": f"train_samples={n}, {h}, c={c}"}
             for n, h, c in [(0, "homogeneous", 0.1), (0, "homogeneous", 0.01), (0, "homogeneous", 0.001),
                             (0, "1*60:19*80:199*60", 0.001), (12000, "homogeneous", 0.001),
                             (12000, "1*60:19*80:199*60", 0.001)] for s in (0, 1)]
@@ -115,7 +117,7 @@ def test_bars_with_long_setting_labels_never_print_them_over_each_other():
         assert apart or all(t.get_rotation() > 0 for t in labels)
     # short labels stay upright however many bars there are (five methods at three delays)
     rows = [{"method": m, "seed": 0, "time_lo": 5.0, "time_hi": 5.0, "steps_lo": 100.0, "steps_hi": 100.0,
-             "setting": f"network.commit_delay_s={d}"} for m in ("adsp", "bsp", "ssp", "adacomm", "fixed_adacomm")
+             "setting": f"delay={d}"} for m in ("adsp", "bsp", "ssp", "adacomm", "fixed_adacomm")
             for d in (0.0, 4.0, 8.0)]
     fig = plots.bars(pd.DataFrame(rows), "loss <= 0.9")
     assert all(t.get_rotation() == 0 for ax in fig.axes[:2] for t in ax.get_xticklabels())
@@ -136,11 +138,20 @@ def test_bars_of_convergence_time_and_steps_with_censored_bars_hatched():
 
 
 def test_grouped_bars_per_setting():
-    df = pd.concat([reach_frame().assign(setting="cluster.hetero=H=1.6"),
-                    reach_frame().assign(setting="cluster.hetero=H=3.2")])
+    df = pd.concat([reach_frame().assign(setting="H=1.6"), reach_frame().assign(setting="H=3.2")])
     ax = plots.bars(df, "loss stays <= 0.9").axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["H=1.6", "H=3.2"]
-    assert ax.get_xlabel() == "cluster.hetero" and len(ax.patches) == 6
+    assert len(ax.patches) == 6
+
+
+def test_grouped_bars_draw_a_method_run_in_one_setting_of_its_own():
+    # ADSP at two degrees beside a reference run once at another: its bars are a group of their own, not lost
+    df = pd.concat([reach_frame()[lambda d: d.method != "bsp"].assign(setting="H=1.6"),
+                    reach_frame()[lambda d: d.method != "bsp"].assign(setting="H=3.2"),
+                    reach_frame()[lambda d: d.method == "bsp"].assign(setting="ec2")])
+    ax = plots.bars(df, "loss stays <= 0.9").axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["H=1.6", "H=3.2", "ec2"]
+    assert len(ax.patches) == 5
 
 
 def test_against_a_swept_setting_with_intervals_and_censored_points():
@@ -339,7 +350,7 @@ def test_series_figures_come_from_the_registry(tmp_path, monkeypatch):
                                            "unregistered": pd.DataFrame({"x": [1]})})
     files = write_figures(load_runs([str(tmp_path)]), tmp_path / "fig")
     names = {f.name for f in files}
-    assert "queue" in names and "unregistered" not in names and drawn == [["asp"]]
+    assert "queue" in names and "unregistered" not in names and drawn == [["ASP"]]  # its name in the papers
     assert next(f for f in files if f.name == "queue").caption == "Queue depths"
 
 
@@ -414,14 +425,75 @@ def test_a_setting_whose_value_holds_commas_names_its_line_whole():
                                                                         "bsp (cluster.hetero=[1, 3])"]
 
 
-def test_settings_whose_values_hold_commas_are_named_by_their_keys():
+def test_a_setting_whose_value_holds_commas_is_named_whole_by_its_field():
+    from edgeml.analysis.names import setting_text
     from edgeml.analysis.plots.style import Styles
 
-    a = "run.backend=procs,cluster.slowdowns=[{worker = 0, start = 10.0, end = 20.0, factor = 3.0}]"
-    b = "run.backend=sim,cluster.slowdowns=[]"
-    styles = Styles(["bsp"], [a, b])
-    assert styles.setting_title == "run.backend, cluster.slowdowns"
-    assert styles.setting_names[a] == "procs, [{worker = 0, start = 10.0, end = 20.0, factor = 3.0}]"
+    slow = [{"worker": 0, "start": 10.0, "end": 20.0, "factor": 3.0}]
+    assert setting_text("cluster.slowdowns", slow) == \
+        'slowdowns=[{"worker": 0, "start": 10.0, "end": 20.0, "factor": 3.0}]'
+    a, b = f"procs, {setting_text('cluster.slowdowns', slow)}", "sim, slowdowns=[]"
+    fig, _ = plots.style.new_figure(1, 1, 8, 4)
+    Styles(["BSP"], [a, b]).legend(fig)
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["BSP", a, b]
+
+
+def test_settings_are_named_by_the_experiments_labels_else_by_value_or_field_never_by_raw_keys():
+    from edgeml.analysis.names import key_name, setting_text
+
+    assert setting_text("run.backend", "sim") == "sim"                       # a word: the value alone
+    assert setting_text("cluster.hetero", "H=1.6") == "H=1.6"
+    assert setting_text("cluster.workers", 100) == "workers=100"             # a number: with its field
+    assert setting_text("network.commit_delay_s", 8.0, {"network.commit_delay_s": "delay"}) == "delay=8"
+    assert setting_text("cluster.hetero", "H=1.6", {"cluster.hetero": "H"}) == "H=1.6"  # not "H=H=1.6"
+    assert setting_text("snap.weights", "eq24", {"snap.weights": "W"}) == "W=eq24"
+    assert key_name("cluster.workers", {"cluster.workers": "servers"}) == "servers"
+    assert key_name("network.degree") == "degree"
+    # a template places the value, and the axis takes what follows it as the unit
+    assert setting_text("network.commit_delay_s", 8.0, {"network.commit_delay_s": "delay {} s"}) == "delay 8 s"
+    assert key_name("network.commit_delay_s", {"network.commit_delay_s": "delay {} s"}) == "delay (s)"
+    assert setting_text("adacomp.c", 0.001) == "c=0.001"
+
+
+def _legend(tmp_path, runs, labels=None, panel="convergence_time"):
+    files = write_figures(load_runs([str(p) for p in runs]), tmp_path / "fig", panels=[panel], labels=labels)
+    return files
+
+
+def test_a_setting_is_named_by_the_fewest_keys_and_a_method_in_one_setting_gets_no_line_style(tmp_path):
+    from edgeml.analysis.figures import figure_tables, group_settings
+
+    # SNAP's testbed: SNAP on sim and on procs (the evaluation interval and round length vary with the backend),
+    # PS once on sim: the settings are "sim" and "procs", and PS has no entry of its own, no "-"
+    paths = [make_run(tmp_path, "snap-sim", "snap", config={"eval": {"interval": 8.0}, "snap": {"round_s": 8.0}}),
+             make_run(tmp_path, "snap-procs", "snap", config={"run": {"backend": "procs"}, "eval": {"interval": 5.0},
+                                                              "snap": {"round_s": 0.0}}),
+             make_run(tmp_path, "ps", "peer_ps", config={"eval": {"interval": 8.0}}, accuracy=(0.1, 0.6, 0.7, 0.95))]
+    runs = load_runs([str(p) for p in paths])
+    settings = group_settings(runs)
+    assert sorted(settings.values()) == ["procs", "sim", "sim"]
+    evals = figure_tables(runs)["evals"]
+    assert set(evals["method"]) == {"SNAP", "PS"}
+    fig = plots.convergence(evals, "time_s")
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels == ["SNAP", "PS", "sim", "procs"]
+    assert not any("." in t or t == "-" for t in labels)
+    ps = [line for line in data_lines(fig.axes[0]) if line.get_color() == fig.legends[0].legend_handles[1].get_color()]
+    sim = [line for line in data_lines(fig.axes[0]) if line.get_linestyle() == "-"]
+    assert ps and all(line in sim for line in ps)  # PS on sim is drawn in the style of "sim"
+
+
+def test_an_experiments_run_label_names_its_method_and_colours_it(tmp_path):
+    from edgeml.analysis.figures import figure_tables
+
+    paths = [make_run(tmp_path, "a", "edgegossip", config={"edgegossip": {"method": "svd_kmeans"}}),
+             make_run(tmp_path, "b", "edgegossip", config={"edgegossip": {"method": "isvd_lsh"}}),
+             make_run(tmp_path, "g", "gosgd")]
+    runs = load_runs([str(p) for p in paths])
+    runs[0].name, runs[1].name = "EdgeGossip (SVD+k-means)", "EdgeGossip (iSVD+LSH)"
+    evals = figure_tables(runs)["evals"]
+    assert list(dict.fromkeys(evals["method"])) == ["EdgeGossip (SVD+k-means)", "EdgeGossip (iSVD+LSH)", "GoSGD"]
+    assert set(evals["setting"]) == {""}  # one colour per aggregation method: no line styles left to explain
 
 
 @pytest.mark.slow

@@ -82,6 +82,18 @@ def test_layers_merge_in_order_and_sweeps_expand(toy):
     assert quick[0].dirname == "bsp_cluster.hetero=H=1-s7"
 
 
+def test_labels_name_runs_and_settings_and_leave_the_plan_alone(tmp_path, toy):
+    labelled = edit(tmp_path, toy, 'name = "ssp-tight"', 'name = "ssp-tight"\nlabel = "SSP (s = 1)"')
+    labelled = edit(tmp_path, labelled, "seeds = [0, 1]", 'seeds = [0, 1]\nlabels = { "cluster.hetero" = "H" }',
+                    "labelled.toml")
+    exp = load_experiment(labelled)
+    assert exp.run_names() == {"bsp": "BSP", "ssp-tight": "SSP (s = 1)"}
+    assert exp.labels == {"cluster.hetero": "H"}
+    # names are for readers: the planned runs (and so --resume) are those of the file without them
+    assert [(p.name, p.dirname, p.layers) for p in plan(exp)] == \
+        [(p.name, p.dirname, p.layers) for p in plan(load_experiment(toy))]
+
+
 def test_run_seeds_quick_seeds_and_quick_sweeps(tmp_path, toy):
     path = edit(tmp_path, toy, 'sweep = { "cluster.hetero" = ["H=1", "1:3"] }',
                 'sweep = { "cluster.hetero" = ["H=1", "1:3"] }\nquick_sweep = { "cluster.hetero" = ["1:5"] }\n'
@@ -108,6 +120,16 @@ def test_run_seeds_quick_seeds_and_quick_sweeps(tmp_path, toy):
     ('[[runs]]\nalgorithm = "bsp"', '[[figures]]\nid = "f"\ntitle = "F"\nagainst = [{ x = "a", ys = [] }]\n\n'
      '[[runs]]\nfigure = "f"\nalgorithm = "bsp"', "unknown key 'ys'"),
     ('[[runs]]\nalgorithm = "bsp"', '[[runs]]\nseeds = []\nalgorithm = "bsp"', "seeds must be a non-empty list"),
+    ('seeds = [0, 1]', 'seeds = [0, 1]\nlabels = { "cluster.heteor" = "H" }', "no config key.*cluster.hetero"),
+    ('seeds = [0, 1]', 'seeds = [0, 1]\nlabels = { "hetero" = "H" }', "labels names 'hetero', which is no config key"),
+    ('seeds = [0, 1]', 'seeds = [0, 1]\nlabels = { "ssp.staleness" = "" }', "must be named by a short string"),
+    ('seeds = [0, 1]', 'seeds = [0, 1]\nlabels = { "ssp.staleness" = 3 }', "must be named by a short string"),
+    ('seeds = [0, 1]', 'seeds = [0, 1]\nlabels = { "ssp.staleness" = "s\\nx" }', "must be named by a short string"),
+    ('seeds = [0, 1]', 'seeds = [0, 1]\nlabels = "H"', "labels must be a table"),
+    ('seeds = [0, 1]', 'seeds = [0, 1]\nlabels = { "ssp.staleness" = "{} to {}" }', "at most one {}"),
+    ('seeds = [0, 1]', 'seeds = [0, 1]\nlabels = { "ssp.staleness" = "{}" }', "must be named by a short string"),
+    ('name = "ssp-tight"', 'name = "ssp-tight"\nlabel = ""', "label must be a short name"),
+    ('name = "ssp-tight"', 'name = "ssp-tight"\nlabel = "%s"' % ("x" * 60), "label must be a short name"),
 ])
 def test_bad_experiment_files_are_refused_with_one_line(tmp_path, toy, old, new, message):
     with pytest.raises(UserError, match=message):
@@ -303,6 +325,12 @@ def test_only_runs_the_matching_runs_and_keeps_the_rest(tmp_path, toy):
     assert len(pd.read_csv(out / "compare.csv")) == 3
     result = CliRunner().invoke(cli.app, [*args, "--only", "nothing*"])
     assert result.exit_code == 2 and "--only 'nothing*' matches no run of toy" in result.output
+    # continued from the copy of the experiment file it wrote, in place (as from a committed reproduction)
+    before = (out / "experiment.toml").read_bytes()
+    result = CliRunner().invoke(cli.app, ["reproduce", str(out / "experiment.toml"), "--quick", "--seeds", "0",
+                                          "--out", str(out), "--resume"])
+    assert result.exit_code == 0, result.output
+    assert (out / "experiment.toml").read_bytes() == before and "(kept)" in result.output
 
 
 @pytest.mark.slow
@@ -402,7 +430,7 @@ def test_a_diagnosis_in_the_experiment_file_appears_in_the_report_and_the_scoreb
     assert "inconclusive (2 of 5 seeds)" in top  # a headline claim on two seeds
     assert ("- *BSP ends above certainty*: **the claim does not hold as far as we can tell**: no accuracy "
             "exceeds 1") in report
-    assert re.search(r"  - ablation `ssp-tight`: ssp-tight: final accuracy \d+% \(does not hold with it in the "
+    assert re.search(r"  - ablation `ssp-tight`: SSP: final accuracy \d+% \(does not hold with it in the "
                      r"claim's place\)\.", report), report
     assert "- *SSP ends above certainty*: **not yet diagnosed**." in report
     assert "**What ran** (read from the runs behind this report): 6 runs on the sim backend: digits with mlp, " \
@@ -460,3 +488,32 @@ def test_check_reads_the_committed_verdicts_past_the_headline_mark():
         assert {claim for claim, _, _ in verdicts} <= texts, report
         checked += sum(c.headline for c in exp.claims)
     assert checked > 0  # some experiment has headline claims, so the mark was there to read past
+
+
+@pytest.mark.parametrize("algorithm", ["adsp", "fixed_adacomm"])
+def test_resume_runs_again_a_run_made_before_a_default_changed_what_edgeml_does(tmp_path, algorithm):
+    """A run whose config lacks a setting counts as the new default (kept by --resume), unless that default
+    changed behaviour (``schema.FORMER_DEFAULTS``): an ADSP run from before ``reward_clock`` fitted the reward on
+    each trial's clock, so it is no run of the default "run" clock, and it is one of "trial"."""
+    import tomli_w
+
+    from edgeml import rundir
+    from edgeml.config import build_config
+    from edgeml.reproduce.execute import finished
+
+    new = build_config({"run": {"algorithm": algorithm}}, paths=False)
+    path = tmp_path / "old-run"
+    path.mkdir()
+    old = rundir.toml_safe(new.to_dict())
+    del old[algorithm]["reward_clock"]  # written before the setting existed
+    (path / rundir.CONFIG).write_text(tomli_w.dumps(old))
+    (path / rundir.SUMMARY).write_text(json.dumps({"status": "completed"}))
+    (path / rundir.EXPERIMENT).write_text(json.dumps({"run": algorithm, "quick": False}))
+    assert not finished(path, new, quick=False)
+    trial = build_config({"run": {"algorithm": algorithm}, algorithm: {"reward_clock": "trial"}}, paths=False)
+    assert finished(path, trial, quick=False)
+    # a setting added without changing behaviour still counts as its default
+    del old["cluster"]["crash_prob"]
+    old[algorithm]["reward_clock"] = "run"
+    (path / rundir.CONFIG).write_text(tomli_w.dumps(old))
+    assert finished(path, new, quick=False)

@@ -6,13 +6,15 @@ Algorithm modules import torch only inside node programs, so importing them (con
 list``) stays fast.
 """
 
-from edgeml.algorithms.registry import ALIASES, REGISTRY, AlgorithmSpec, load_plugins, get_algorithm, register
+from edgeml.algorithms.registry import (ALIASES, REGISTRY, AlgorithmSpec, display_name, get_algorithm, load_plugins,
+                                        register)
 # they register what they define
 from edgeml.algorithms import ps, adsp, adacomm, adacomp, esync, snap, terngrad, gosgd, edgegossip  # noqa: F401,E402
 
 BUILTIN: tuple[str, ...] = tuple(REGISTRY)
 """The algorithms edgeml ships (plugins and tests register more)."""
 
-__all__ = ["ALIASES", "BUILTIN", "REGISTRY", "AlgorithmSpec", "load_plugins", "get_algorithm", "register"]
+__all__ = ["ALIASES", "BUILTIN", "REGISTRY", "AlgorithmSpec", "display_name", "load_plugins", "get_algorithm",
+           "register"]
 
 load_plugins()

@@ -237,12 +237,12 @@ def worker(pack: Pack, node: Node) -> None:
 
 register(AlgorithmSpec("asgd", "Asynchronous SGD, learning rate divided by the update's staleness", ASGDConfig,
                        ps_nodes(partial(serve, AsyncServer), partial(worker, dense_update)),
-                       "adacomp.txt Sec. V-B"))
+                       "adacomp.txt Sec. V-B", display="ASGD"))
 register(AlgorithmSpec("comp_asgd", "ASGD pushing the largest c fraction of each update (selective SGD)",
                        CompASGDConfig,
                        ps_nodes(partial(serve, partial(AsyncServer, rule=comp_asgd_rule)),
                                 partial(worker, global_top_c)),
-                       "adacomp.txt Sec. V-B"), "comp-asgd")
+                       "adacomp.txt Sec. V-B", display="Comp-ASGD"), "comp-asgd")
 register(AlgorithmSpec("adacomp", "Per-layer top-c updates with per-parameter staleness rates", AdaCompConfig,
                        ps_nodes(partial(serve, AdaCompServer), partial(worker, layer_top_c)),
-                       "adacomp.txt Alg. 1-2, Eqs. 3-5"))
+                       "adacomp.txt Alg. 1-2, Eqs. 3-5", display="AdaComp"))

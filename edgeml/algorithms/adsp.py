@@ -37,8 +37,13 @@ Choices where the paper is open (the numeric ones are config fields below):
   "e.g. at the start, middle and end" is 3; we default to 5, as 3 samples and 3 parameters interpolate
   noise). The end sample of a period is the start sample of the next. Evaluation costs the scheduler's host
   time but no training time.
-- *The reward* (Sec. 4.2): fit l = 1/(a1^2 t + a2) + a3 (t from the trial's start), r = a1^2 / (1/(l* - a3)
-  - a2): the inverse of the predicted time to reach l*. Both trials of a comparison share the target
+- *The reward* (Sec. 4.2): fit l = 1/(a1^2 t + a2) + a3, r = a1^2 / (1/(l* - a3) - a2): the inverse of the
+  predicted time to reach l*, with t on the run's clock (``reward_clock = "run"``, the default), so that two
+  trials on one O(1/t) curve predict the same time and tie, whichever starts first: the reward is meant "to
+  compare the performance of the configurations when they do not start with the same system state". With t
+  from each trial's start (``"trial"``, the rule before) r is the inverse of the time still needed, which
+  favours whichever trial comes later on the same curve, so the search, which compares a rate with the next
+  one, climbs. Both trials of a comparison share the target
   l* = target_ratio * (lowest loss sampled in either), so it lies ahead of both; ``target_loss`` fixes it.
   The asymptote a3 is bounded below by 0 (no loss used here is negative). When the fit is degenerate (it
   fails, or its asymptote lies at or above l* so the formula says "never") the reward is the inverse time to
@@ -67,7 +72,7 @@ import dataclasses
 import math
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -99,6 +104,9 @@ class ADSPConfig(LocalSGDConfig):
     """Reward target l* = this fraction of the lowest loss sampled in the two trials compared."""
     target_loss: float = ranged(0.0, ge=0, zero="use target_ratio")
     """Fixed reward target l*; 0 uses ``target_ratio``."""
+    reward_clock: Literal["run", "trial"] = "run"
+    """The clock t of the reward fit (``fit_reward``): the run's (the paper's: trials on one loss curve tie,
+    whatever their start) or each trial's own, from its first sample (time still needed: later trials win)."""
 
     time_settings = ("lr_decay_s", "check_period_s", "epoch_s")
 
@@ -141,26 +149,34 @@ class RewardFit:
     """Root mean square of the rule's residuals, in loss units."""
 
 
-def fit_reward(times, losses, target: float, floor: float = 0.0) -> RewardFit:
+def fit_reward(times, losses, target: float, floor: float = 0.0, clock: str = "run") -> RewardFit:
     """Reward of one trial (adsp.txt Sec. 4.2): r = 1 / (predicted time to reach the loss ``target``).
 
-    The paper's rule (``curve``): fit l = 1/(a1^2 t + a2) + a3 (t from the first sample) by least squares,
-    written as l = b/(1 + k t) + a3 with b = 1/a2 > 0, k = a1^2/a2 >= 0 so that the fit is well conditioned,
-    and a3 >= ``floor`` (a loss never falls below its floor: 0 for cross-entropy and hinge losses); then
-    r = a1^2 / (1/(l* - a3) - a2) = k (l* - a3) / (l(0) - l*), or inf when l(0) <= l* (reached at once).
+    ``clock``: what t is. ``"run"`` (the paper's intent): the times as given, the run's clock, so r = 1 / t*,
+    t* the time on the run's clock at which the fitted curve reaches the target; samples of one O(1/t) curve
+    taken at any start predict the same t* and tie. ``"trial"``: t from the trial's first sample, so r is the
+    inverse of the time still needed, larger for a later trial on the same curve.
+
+    The paper's rule (``curve``): fit l = 1/(a1^2 t + a2) + a3 by least squares, written as l = b/(1 + k t) + a3
+    with b = 1/a2 > 0, k = a1^2/a2 >= 0 so that the fit is well conditioned, and a3 >= ``floor`` (a loss never
+    falls below its floor: 0 for cross-entropy and hinge losses); then r = a1^2 / (1/(l* - a3) - a2) =
+    k (l* - a3) / (l(0) - l*), or inf when l(0) <= l* (reached at t = 0).
 
     The curve is *degenerate* when fewer than 3 samples allow no 3-parameter fit, when the fit fails or is not
     finite, or when its asymptote a3 >= l*: the formula then says "never", which with a few noisy samples
     is mostly an artefact (a sharp bend fitted to noise) and would tie every such trial at 0. Then the
     reward follows the least-squares line through the samples (``slope``: the curve family's limit b -> inf,
     a robust estimate of the rate of decrease): r = -slope / (l_line(0) - l*), 0 when the line does not
-    fall, inf when it starts at or below l*. Fewer than 2 finite samples give r = 0 (``none``).
+    fall, inf when it is at or below l* at t = 0. Fewer than 2 finite samples give r = 0 (``none``).
     """
+    if clock not in ("run", "trial"):
+        raise ValueError(f"clock = {clock!r}: 'run' or 'trial'")
     t = np.asarray(times, dtype=float)
     y = np.asarray(losses, dtype=float)
     if len(t) < 2 or not (np.all(np.isfinite(t)) and np.all(np.isfinite(y))):
         return RewardFit(0.0, "none", "fewer than 2 finite samples")
-    t = t - t[0]
+    if clock == "trial":
+        t = t - t[0]
     span = float(t[-1]) or 1.0
     a, why = (math.nan,) * 3, "fewer than 3 samples"
     if len(t) >= 3:
@@ -335,8 +351,8 @@ def adsp_scheduler(node: Node) -> None:
                 best, rate = trial, rate + 1
                 continue
             target = a.target_loss or a.target_ratio * min(min(best[2]), min(losses))
-            fit_best = fit_reward(best[1], best[2], target)
-            fit_new = fit_reward(times, losses, target)
+            fit_best = fit_reward(best[1], best[2], target, clock=a.reward_clock)
+            fit_new = fit_reward(times, losses, target, clock=a.reward_clock)
             node.log("decisions", name="target_loss", value=target, epoch=epoch, rate=rate)
             for tr, fit in ((best, fit_best), (trial, fit_new)):
                 node.log("trials", epoch=epoch, rate=tr[0], **dataclasses.asdict(fit), samples=len(tr[2]),
@@ -351,4 +367,4 @@ def adsp_scheduler(node: Node) -> None:
 
 register(AlgorithmSpec("adsp", "Adaptive synchronous parallel: no waiting, commit rates searched online",
                        ADSPConfig, ps_nodes(adsp_server, adsp_worker, ("scheduler", adsp_scheduler)),
-                       "adsp.txt Sec. 3-4, Alg. 1-2", preload=("scipy.optimize",)))  # the reward fit
+                       "adsp.txt Sec. 3-4, Alg. 1-2", preload=("scipy.optimize",), display="ADSP"))  # the reward fit

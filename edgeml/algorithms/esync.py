@@ -358,9 +358,10 @@ def _nodes(device, with_state: bool):
 
 
 register(AlgorithmSpec("esync", "ESync: fast devices train locally until the slowest is ready (State Server)",
-                       ESyncConfig, _nodes(esync_device, True), "esync.txt Alg. 1-2"))
+                       ESyncConfig, _nodes(esync_device, True), "esync.txt Alg. 1-2", display="ESync"))
 register(AlgorithmSpec("ssgd", "Synchronous SGD: gradients averaged every step (all-reduce or PS)", SSGDConfig,
-                       _nodes(ssgd_device, False), "esync.txt Sec. 5"))
+                       _nodes(ssgd_device, False), "esync.txt Sec. 5", display="SSGD"))
 register(AlgorithmSpec("standalone", "One device trains on the whole training set (the accuracy reference)",
-                       StandaloneConfig, lambda cfg: [("worker", standalone)], "esync.txt Table 1"),
+                       StandaloneConfig, lambda cfg: [("worker", standalone)], "esync.txt Table 1",
+                       display="Standalone"),
          "centralized")

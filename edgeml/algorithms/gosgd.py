@@ -154,4 +154,4 @@ def gosgd_platform(node: Node) -> None:
 
 register(AlgorithmSpec("gosgd", "GoSGD: gossip of models and halved mixing weights, epochs end together",
                        GoSGDConfig, lambda cfg: [("worker", gosgd_platform)] * cfg.cluster.workers,
-                       "edgegossip.txt Sec. 2.1 (Blot et al.)"))
+                       "edgegossip.txt Sec. 2.1 (Blot et al.)", display="GoSGD"))

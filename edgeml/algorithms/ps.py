@@ -48,7 +48,7 @@ def bsp_server(node: Node) -> None:
 
 
 register(AlgorithmSpec("bsp", "Bulk synchronous parallel: a barrier every step", PSConfig,
-                       ps_nodes(bsp_server, ps_worker), "adsp.txt Sec. 2.2"))
+                       ps_nodes(bsp_server, ps_worker), "adsp.txt Sec. 2.2", display="BSP"))
 
 
 def ssp_server(node: Node) -> None:
@@ -60,6 +60,6 @@ def asp_server(node: Node) -> None:
 
 
 register(AlgorithmSpec("ssp", "Stale synchronous parallel with staleness bound s", SSPConfig,
-                       ps_nodes(ssp_server, ps_worker), "adsp.txt Sec. 2.2"))
+                       ps_nodes(ssp_server, ps_worker), "adsp.txt Sec. 2.2", display="SSP"))
 register(AlgorithmSpec("asp", "Asynchronous parallel (TAP): every update applied on arrival", PSConfig,
-                       ps_nodes(asp_server, ps_worker), "adsp.txt Sec. 2.2"), "tap")
+                       ps_nodes(asp_server, ps_worker), "adsp.txt Sec. 2.2", display="ASP"), "tap")

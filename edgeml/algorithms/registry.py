@@ -28,6 +28,9 @@ class AlgorithmSpec:
     """Modules the node programs import lazily that take long to load (``scipy.optimize``, scikit-learn):
     backends on a wall clock import them in every node process before the run's clock starts, so a first use
     mid-run does not stall the node (importing them at the top would slow config validation instead)."""
+    display: str = ""
+    """The name the papers give it ("SNAP-0", "Fixed ADACOMM"): what figures and verdicts call its runs (default:
+    ``name``)."""
 
 
 REGISTRY: dict[str, AlgorithmSpec] = {}
@@ -46,6 +49,13 @@ def get_algorithm(name: str) -> AlgorithmSpec:
     if key not in REGISTRY:
         raise UserError(f"unknown algorithm {name!r}: choose one of {', '.join(sorted(REGISTRY))} (see edgeml list)")
     return REGISTRY[key]
+
+
+def display_name(name: str) -> str:
+    """What figures and verdicts call an algorithm: its ``display`` name, else its registered name (an algorithm
+    not registered here, from a plugin this process has not loaded, keeps the name its runs recorded)."""
+    spec = REGISTRY.get(ALIASES.get(name.lower(), name.lower()))
+    return (spec.display or spec.name) if spec else name
 
 
 def roles_of(cfg) -> dict[str, list[int]]:

@@ -97,4 +97,4 @@ class TernaryGradients(DenseGradients):
 
 register(AlgorithmSpec("terngrad", "TernGrad: ternary gradients (2 bits, per-layer scalers) to a PS at a peer",
                        TernGradConfig, peer_nodes(functools.partial(ps_peer, gradients=TernaryGradients())),
-                       "snap.txt Sec. V [19]"))
+                       "snap.txt Sec. V [19]", display="TernGrad"))

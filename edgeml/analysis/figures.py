@@ -25,6 +25,7 @@ from edgeml import rundir
 from edgeml.analysis import plots
 from edgeml.analysis.compare import QUANTITIES, Comparison, claim_samples, compare
 from edgeml.analysis.convergence import Target
+from edgeml.analysis.names import key_name, method_of, setting_text
 from edgeml.rundir import NODES, NODES_NEEDED, SERIES, Run, flat_config, fmt_value
 
 
@@ -52,26 +53,70 @@ def measured_text(runs: list[Run]) -> str:
     return f"evaluated on {on} every {period}{clock}"
 
 
-def group_settings(runs: list[Run]) -> dict[str, str]:
-    """Each run's setting within a figure (by path): the config keys in which runs of one method differ there
-    (``flat_config``: a key an older run lacks counts as its default, so it splits nothing)."""
+def _fewest_keys(keys: list[str], groups: list[list[dict]], given: tuple[str, ...] = ()) -> list[str]:
+    """The fewest of ``keys`` (the first such, in their order) that, with the ``given`` keys, tell apart every
+    two configs of a group that differ in any of ``keys``: keys that only vary together with another (the
+    evaluation interval with the backend) are left out."""
+    import itertools
+
+    def values(flat: dict, ks) -> str:
+        return json.dumps([flat.get(k) for k in ks], sort_keys=True, default=str)
+
+    def apart(subset) -> bool:
+        for flats in groups:
+            full = {values(f, [*given, *keys]) for f in flats}
+            if len({values(f, [*given, *subset]) for f in flats}) < len(full):
+                return False
+        return True
+
+    if len(keys) > 10:  # too many to try every subset: all of them
+        return keys
+    for n in range(len(keys) + 1):
+        for subset in itertools.combinations(keys, n):
+            if apart(subset):
+                return list(subset)
+    return keys
+
+
+def group_settings(runs: list[Run], labels: dict[str, str] | None = None) -> dict[str, str]:
+    """Each run's setting within a figure (by path), as its legend names it: the fewest config keys that tell
+    apart the runs of one method (``method_of``) there (``_fewest_keys``), each named by ``setting_text``; every
+    run is named by the same keys, so that one line style means one setting across methods. A key an older run
+    lacks counts as its default (``flat_config``); a key a run has no value for (another algorithm's section)
+    is left out of its name."""
     flat = {str(r.path): flat_config(r) for r in runs}
-    out = {}
-    for method in dict.fromkeys(r.method for r in runs):
-        paths = [str(r.path) for r in runs if r.method == method]
-        keys = [k for k in dict.fromkeys(k for p in paths for k in flat[p])
-                if len({json.dumps(flat[p].get(k), sort_keys=True, default=str) for p in paths}) > 1]
-        out.update({p: ",".join(f"{k}={fmt_value(flat[p].get(k))}" for k in keys) for p in paths})
-    return out
-
-
-def figure_tables(runs: list[Run]) -> dict[str, pd.DataFrame]:
-    """The tidy tables the figures are drawn from: ``evals``, ``nodes`` and one per series the runs wrote.
-    Every row names its run, method (colour), setting (line style) and seed."""
-    evals, nodes, series = [], [], {}
-    settings = group_settings(runs)
+    groups: dict[str, list[str]] = {}
     for r in runs:
-        tag = {"run": r.label, "method": r.method, "setting": settings[str(r.path)], "seed": r.seed}
+        groups.setdefault(method_of(r), []).append(str(r.path))
+    keys = [k for k in dict.fromkeys(k for p in flat for k in flat[p])
+            if any(len({json.dumps(flat[p].get(k), sort_keys=True, default=str) for p in paths}) > 1
+                   for paths in groups.values())]
+    chosen = _fewest_keys(keys, [[flat[p] for p in paths] for paths in groups.values()])
+    return {p: ", ".join(setting_text(k, f[k], labels) for k in chosen if f.get(k) is not None)
+            for p, f in flat.items()}
+
+
+def run_names(runs: list[Run], settings: dict[str, str]) -> dict[str, str]:
+    """Each run's name in a figure, by label: its method with its setting ("ADSP (H=1.6)", ``group_settings``);
+    a name that runs of two labels would share keeps the label beside it."""
+    names = {}
+    for r in runs:
+        s = settings[str(r.path)]
+        names[r.label] = f"{method_of(r)} ({s})" if s else method_of(r)
+    labels: dict[str, set] = {}
+    for label, name in names.items():
+        labels.setdefault(name, set()).add(label)
+    return {label: f"{name} [{label}]" if len(labels[name]) > 1 else name for label, name in names.items()}
+
+
+def figure_tables(runs: list[Run], labels: dict[str, str] | None = None) -> dict[str, pd.DataFrame]:
+    """The tidy tables the figures are drawn from: ``evals``, ``nodes`` and one per series the runs wrote.
+    Every row names its run (``run_names``), method (colour), setting (line style, ``group_settings``) and seed."""
+    evals, nodes, series = [], [], {}
+    settings = group_settings(runs, labels)
+    names = run_names(runs, settings)
+    for r in runs:
+        tag = {"run": names[r.label], "method": method_of(r), "setting": settings[str(r.path)], "seed": r.seed}
         ingress = r.evals["ps_ingress_bytes"] if "ps_ingress_bytes" in r.evals else 0.0
         evals.append(r.evals.assign(total_mb=r.evals["total_bytes"] / 1e6, ingress_mb=ingress / 1e6, **tag))
         n = r.table(NODES, NODES_NEEDED)
@@ -124,26 +169,40 @@ def panel_names() -> tuple[str, ...]:
     return STANDARD_PANELS + tuple(plots.SERIES_FIGURES)
 
 
-def axis_label(metric: str, target: Target) -> str:
+def axis_label(metric: str, target: Target, labels: dict[str, str] | None = None) -> str:
+    """An axis's name: a metric with its target and unit, or a config key by its short name (``key_name``)."""
     if metric in QUANTITIES:
         unit = {"time": " (s)", "steps": "", "bytes": " (bytes)", "ingress": " (bytes into the PS)", "iterations": "",
                 "cost": " (byte-hops)"}[QUANTITIES[metric]]
         return f"{QUANTITIES[metric]} until {replace(target, note='')}{unit}"
-    return metric
+    return key_name(metric, labels) if "." in metric else metric
 
 
-def against_data(runs: list[Run], cmp: Comparison, x: str, ys: list[str]) -> pd.DataFrame:
-    """Rows per run for an ``against`` panel: method, point (its setting), seed, x (a config key such as a
-    swept setting, or a metric), the ys."""
+def against_data(runs: list[Run], cmp: Comparison, x: str, ys: list[str],
+                 labels: dict[str, str] | None = None) -> pd.DataFrame:
+    """Rows per run for an ``against`` panel: method, point (the config keys in which the method's runs differ,
+    ``section.key=value``), variant (the legend's name for what sets it apart besides x: "" where nothing
+    does), seed, x (a config key such as a swept setting, or a metric), the ys."""
     flat = {str(r.path): flat_config(r) for r in runs}
     from_config = all(x in f for f in flat.values())
     metrics = ys if from_config else [x, *ys]
     samples = claim_samples(runs, cmp.per_run, metrics, [cmp.target])
-    settings = group_settings(runs)
+    groups: dict[str, list[str]] = {}
+    for r in runs:
+        groups.setdefault(method_of(r), []).append(str(r.path))
+    point, variant = {}, {}
+    for paths in groups.values():
+        keys = [k for k in dict.fromkeys(k for p in paths for k in flat[p])
+                if len({json.dumps(flat[p].get(k), sort_keys=True, default=str) for p in paths}) > 1]
+        given = (x,) if x in keys else ()
+        rest = _fewest_keys([k for k in keys if k != x], [[flat[p] for p in paths]], given)
+        for p in paths:
+            point[p] = ",".join(f"{k}={fmt_value(flat[p].get(k))}" for k in keys)
+            variant[p] = ", ".join(setting_text(k, flat[p][k], labels) for k in rest if flat[p].get(k) is not None)
     rows = []
     for r in runs:
         s = samples[samples["run"].eq(r.label) & samples["seed"].eq(r.seed)]
-        row = {"method": r.method, "point": settings[str(r.path)], "seed": r.seed}
+        row = {"method": method_of(r), "point": point[str(r.path)], "variant": variant[str(r.path)], "seed": r.seed}
         if from_config:
             row[x] = flat[str(r.path)][x]
         for m in metrics:
@@ -172,12 +231,14 @@ def save_png(fig: Any, path: Path) -> None:
 
 
 def write_figures(runs: list[Run], out: Path, cmp: Comparison | None = None, panels: Iterable[str] | None = None,
-                  against: Iterable[dict] = (), cite: str = "", processes: int = 1) -> list[FigureFile]:
+                  against: Iterable[dict] = (), cite: str = "", processes: int = 1,
+                  labels: dict[str, str] | None = None) -> list[FigureFile]:
     """Draw the figures the runs have data for (or the ``panels`` named), plus one figure per ``against``
     entry ({"x": key or metric, "y": [metrics]}); write PNG and PDF; return them with their captions. A
     ``cite`` (the paper's figure these runs reproduce) opens the captions of the paper's panels. ``processes``:
-    draw them side by side in that many processes (``draw``)."""
-    pending = plan_figures(runs, out, cmp, panels, against, cite)
+    draw them side by side in that many processes (``draw``). ``labels``: short names of config keys for the
+    legends and axes (``setting_text``)."""
+    pending = plan_figures(runs, out, cmp, panels, against, cite, labels)
     out.mkdir(parents=True, exist_ok=True)
     draw(pending, processes)
     return [f.file for f in pending]
@@ -199,10 +260,11 @@ class PendingFigure:
 
 
 def plan_figures(runs: list[Run], out: Path, cmp: Comparison | None = None, panels: Iterable[str] | None = None,
-                 against: Iterable[dict] = (), cite: str = "") -> list[PendingFigure]:
+                 against: Iterable[dict] = (), cite: str = "", labels: dict[str, str] | None = None
+                 ) -> list[PendingFigure]:
     """The figures ``write_figures`` draws, with their data prepared, not yet drawn."""
     cmp = cmp or compare(runs)
-    tables = figure_tables(runs)
+    tables = figure_tables(runs, labels)
     ctx, measured = context(runs), measured_text(runs)
     target = cmp.target
     seeds = max(len({r.seed for r in runs if r.label == lab}) for lab in {r.label for r in runs})
@@ -230,8 +292,8 @@ def plan_figures(runs: list[Run], out: Path, cmp: Comparison | None = None, pane
                         f"{paper}communication cost (bytes x hops) per iteration against iterations, {measured}"
                         f"{band}"))
     if want("bars"):
-        settings = group_settings(runs)
-        method = {str(r.path): r.method for r in runs}
+        settings = group_settings(runs, labels)
+        method = {str(r.path): method_of(r) for r in runs}
         reach = cmp.reach[(cmp.reach["target"] == target.short) & cmp.reach["path"].isin(settings)]
         reach = reach.assign(method=reach["path"].map(method), setting=reach["path"].map(settings))
         figures.append(("bars", lambda: plots.bars(reach, str(replace(target, note="")), ctx),
@@ -241,7 +303,9 @@ def plan_figures(runs: list[Run], out: Path, cmp: Comparison | None = None, pane
         figures.append(("time_breakdown", lambda: plots.time_breakdown(tables["nodes"], ctx),
                         f"{paper}each worker's time split into computation, communication and waiting"))
     if want("throughput"):
+        names = run_names(runs, group_settings(runs, labels))
         per_run = cmp.per_run[cmp.per_run["path"].isin({str(r.path) for r in runs})]
+        per_run = per_run.assign(run=per_run["run"].map(names))
         figures.append(("throughput", lambda: plots.throughput(per_run, ctx),
                         "training throughput and network traffic per run, mean over seeds"))
     for name, spec in plots.SERIES_FIGURES.items():
@@ -249,13 +313,13 @@ def plan_figures(runs: list[Run], out: Path, cmp: Comparison | None = None, pane
             figures.append((name, lambda spec=spec, name=name: spec.draw(tables[name], ctx), spec.caption))
     for a in against:
         x, ys = a["x"], list(a["y"])
-        data = against_data(runs, cmp, x, ys)
+        data = against_data(runs, cmp, x, ys, labels)
         ys = [y for y in ys if y in data.columns]
         if ys and (x in data.columns):
-            labels = {m: axis_label(m, target) for m in [x, *ys]}
-            figures.append((f"against_{x}", lambda data=data, x=x, ys=ys, labels=labels:
-                            plots.against(data, x, ys, labels, ctx),
-                            f"{paper}{', '.join(labels[y] for y in ys)} against {labels[x]}: mean over seeds with "
+            names = {m: axis_label(m, target, labels) for m in [x, *ys]}
+            figures.append((f"against_{x}", lambda data=data, x=x, ys=ys, names=names:
+                            plots.against(data, x, ys, names, ctx),
+                            f"{paper}{', '.join(names[y] for y in ys)} against {names[x]}: mean over seeds with "
                             f"95% bootstrap intervals ({measured}); a hollow point marked '>' never reached the "
                             "target: it is drawn at what the run lasted"))
     return [PendingFigure(FigureFile(name, out / f"{name}.png", caption if cite else caption[:1].upper() + caption[1:]),

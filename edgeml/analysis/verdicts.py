@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from edgeml.analysis.claims import HEADLINE_SEEDS, MIN_SEEDS, NEUTRAL, PAIR_KINDS, Claim
+from edgeml.analysis.names import point_text
 from edgeml.analysis.stats import Interval, mean_interval, pair_effect
 
 HOLDS_SHARE = 0.9
@@ -142,13 +143,15 @@ def decide_value(iv: Interval, claim: Claim, hi_open: bool, resolved: bool) -> s
     return f"{verdict} ({_bound_text(iv, claim, False, True)})" if hi_open else verdict
 
 
-def evaluate(claim: Claim, samples: pd.DataFrame, target: str = "", seeds_rule: bool = True) -> list[Result]:
+def evaluate(claim: Claim, samples: pd.DataFrame, target: str = "", seeds_rule: bool = True,
+             names: dict[str, str] | None = None) -> list[Result]:
     """Evaluate ``claim`` on the samples table at one target (``Target.short``; "" for other metrics): one
     result, or one per sweep point when the claim names a swept run. ``seeds_rule``: apply ``seed_rule`` (off:
-    what the samples read, however few seeds they have)."""
+    what the samples read, however few seeds they have). ``names``: what the words call each run, by its
+    experiment name ("fig4-adsp": "ADSP"; ``words_names``)."""
     rule = seed_rule if seeds_rule else (lambda result, claim: result)
     rows = samples[(samples["metric"] == claim.metric) & (samples["target"] == target)]
-    result = dict(claim=claim.text, target=target, paper=paper_text(claim), figure=claim.figure,
+    result = dict(claim=claim.text, target=target, paper=paper_text(claim, names or {}), figure=claim.figure,
                   headline=claim.headline)
 
     def missing(why: str) -> list[Result]:
@@ -162,15 +165,16 @@ def evaluate(claim: Claim, samples: pd.DataFrame, target: str = "", seeds_rule: 
     if claim.kind == "trend":
         return [rule(_evaluate_trend(claim, rows, result, lambda why: missing(why)[0], unit), claim)]
     if (rows["run"] == claim.run).any():
-        return [rule(_evaluate_one(claim, claim.run, rows, result, unit), claim)]
+        return [rule(_evaluate_one(claim, claim.run, rows, result, unit, names or {}), claim)]
     points = rows.loc[rows["spec"] == claim.run, ["run", "point"]].drop_duplicates()
     if points.empty:
         return missing(f"no run {claim.run!r}" + (" with those seeds" if claim.seeds else ""))
-    return [rule(_evaluate_one(claim, label, rows, {**result, "at": point}, unit), claim)
+    return [rule(_evaluate_one(claim, label, rows, {**result, "at": point}, unit, names or {}), claim)
             for label, point in points.values]
 
 
-def _evaluate_one(claim: Claim, label: str, rows: pd.DataFrame, result: dict, unit: str) -> Result:
+def _evaluate_one(claim: Claim, label: str, rows: pd.DataFrame, result: dict, unit: str,
+                  names: dict[str, str]) -> Result:
     def missing(why: str) -> Result:
         return Result(**result, measured="n/a", n=0, resolution="-", verdict=f"not measured: {why}")
 
@@ -182,7 +186,7 @@ def _evaluate_one(claim: Claim, label: str, rows: pd.DataFrame, result: dict, un
         resolved = not (unit and iv.exact and claim.op != "between" and abs(iv.low - claim.paper_value) < res)
         return Result(**result, measured=_measured(iv, claim, False, hi_open), n=iv.n,
                       resolution=_resolution_text(res, unit), verdict=decide_value(iv, claim, hi_open, resolved),
-                      words=effect_words(claim, iv, _named(label, result), "", False, hi_open))
+                      words=effect_words(claim, iv, words_names([label], result, names)[0], "", False, hi_open))
     base_label = claim.baseline
     if not (rows["run"] == base_label).any() and "[" in label and "[" not in base_label:
         base_label = claim.baseline + label[label.index("["):]  # a sweep point pairs with the same point
@@ -204,7 +208,7 @@ def _evaluate_one(claim: Claim, label: str, rows: pd.DataFrame, result: dict, un
         resolved = True  # a difference below the resolution lies within a margin at least as wide: decide on it
     return Result(**result, measured=_measured(iv, claim, lo_open, hi_open), n=iv.n,
                   resolution=_resolution_text(res, unit), verdict=decide(iv, claim, lo_open, hi_open, resolved),
-                  words=effect_words(claim, iv, _named(label, result), _named(base_label, result), lo_open,
+                  words=effect_words(claim, iv, *words_names([label, base_label], result, names), lo_open,
                                      hi_open))
 
 
@@ -400,6 +404,22 @@ def _named(label: str, result: dict) -> str:
     return label.split("[", 1)[0] if result.get("at") and label.endswith("]") else label
 
 
+def words_names(labels: list[str], result: dict, names: dict[str, str]) -> list[str]:
+    """The runs a result compares as its words name them: each by ``names`` (its experiment name's display
+    name: "ADSP" for "fig4-adsp"; a point it names follows as a setting: "ESync (iid)"), unless two different
+    runs would be called alike (two ADSP runs), where each keeps its experiment name."""
+    plain = [_named(label, result) for label in labels]
+
+    def shown(label: str) -> str:
+        spec, bracket, point = label.partition("[")
+        if label in names or not bracket:
+            return names.get(label, label)
+        return f"{names.get(spec, spec)} ({point_text(point.removesuffix(']'))})"
+
+    display = [shown(label) for label in plain]
+    return display if len(set(display)) == len(set(plain)) else plain
+
+
 def effect_words(claim: Claim, iv: Interval, run: str, base: str, lo_open: bool, hi_open: bool) -> str:
     """The measured mean effect in words, oriented to the claim: what the run's metric is against the
     baseline's (``reduction``: "45% lower"; ``ratio``: "1/52 of", "2.1x"; ``difference``: "0.8 pt higher"),
@@ -457,7 +477,12 @@ def _resolution_text(res: float, unit: str) -> str:
     return f"{res:.0f} {unit}" if res >= 100 else f"{res:.3g} {unit}"
 
 
-def paper_text(claim: Claim) -> str:
+def paper_text(claim: Claim, names: dict[str, str] | None = None) -> str:
+    """What the paper says, in the verdict table's words: its figure, or the side of the baseline (called as
+    ``words_names`` calls it, where it reads apart from the claim's run)."""
+    if claim.baseline is not None and claim.kind != "trend":
+        base = words_names([claim.run, claim.baseline], {}, names or {})[1]
+        claim = replace(claim, baseline=base)
     if claim.kind == "trend":
         return {"increasing": "increasing", "decreasing": "decreasing",
                 "minimum": "a minimum inside the sweep"}[claim.direction]

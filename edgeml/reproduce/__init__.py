@@ -30,6 +30,10 @@ Experiment file ``experiments/<paper>.toml``::
     rule = "stays"               # convergence rule (edgeml.analysis.convergence): stays, smoothed, first, stopping
     differences = "..."          # where settings differ from the paper and why
     ci = true                    # false keeps the experiment out of scripts/reproduce_quick.sh
+    labels = { "network.commit_delay_s" = "delay {} s", "cluster.workers" = "servers" }   # optional: short
+                                 # names of config keys in legends and axes ("delay 8 s", "servers=100"; axis
+                                 # "delay (s)"); without one, a word value stands alone ("sim", "H=1.6") and a
+                                 # number is named by its field ("workers=100")
 
     [settings]                   # config layers shared by all runs: the sections of a run config
     data = { dataset = "fashion-mnist" }
@@ -48,6 +52,8 @@ Experiment file ``experiments/<paper>.toml``::
     [[runs]]
     name = "ssp"                 # unique; defaults to algorithm
     algorithm = "ssp"
+    label = "SSP (s = 3)"        # optional: what figures (one colour per label) and the verdicts' words call
+                                 # its runs; default: the algorithm's name in the papers ("SSP")
     config = { ssp = { staleness = 3 } }     # optional layers for this run
     quick = { stop = { max_time = 5 } }      # optional layers for this run with --quick
     sweep = { "cluster.hetero" = ["H=1", "H=2"] }   # optional: one run per value (product over keys),

@@ -57,8 +57,10 @@ def finished(path: Path, cfg, quick: bool) -> bool:
     The output folder itself (``run.out``) may differ: a reproduction can be continued from another place. A
     setting the run's ``config.toml`` lacks (one added to edgeml after the run) counts as the same where the new
     configuration keeps it at its default: a setting is added with the default that does what edgeml did
-    before, so a reproduction spanning sessions keeps its finished runs."""
+    before, so a reproduction spanning sessions keeps its finished runs; unless the new default changed what
+    edgeml does (``schema.FORMER_DEFAULTS``): the run lacking it did what that value does."""
     from edgeml.config import read_toml
+    from edgeml.schema import FORMER_DEFAULTS
 
     def comparable(config: dict) -> dict:
         return {**config, "run": {k: v for k, v in config.get("run", {}).items() if k != "out"}}
@@ -71,7 +73,11 @@ def finished(path: Path, cfg, quick: bool) -> bool:
         for section, values in new.items():
             if isinstance(values, dict) and isinstance(old.get(section), dict):
                 for key, value in values.items():
-                    if key not in old[section] and defaults.get(section, {}).get(key) == value:
+                    if key in old[section]:
+                        continue
+                    if f"{section}.{key}" in FORMER_DEFAULTS:
+                        old[section][key] = FORMER_DEFAULTS[f"{section}.{key}"]
+                    elif defaults.get(section, {}).get(key) == value:
                         old[section][key] = value
         same = comparable(old) == comparable(new)
     except (OSError, ValueError, UserError):
@@ -114,7 +120,9 @@ def prepare_out(exp: Experiment, out: Path, work: list[Work], force: bool, conso
                         f"({', '.join(doomed[:3])}{', ...' if len(doomed) > 3 else ''}): add --resume to keep those "
                         "with the same configuration, or --force to run them again")
     out.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(exp.source, out / "experiment.toml")
+    copy = out / "experiment.toml"
+    if not (copy.exists() and copy.samefile(exp.source)):  # continued from its own copy: already there
+        shutil.copyfile(exp.source, copy)
     planned = {w.run.dirname for w in work}
     stale = sorted({p.name for p in (out / "runs").glob("*") if p.is_dir()} - planned) \
         if (out / "runs").is_dir() else []

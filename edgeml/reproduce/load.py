@@ -41,6 +41,7 @@ class ExperimentSection:
     rule: Literal[RULES] = "stays"
     differences: str = ""
     ci: bool = True  # read by scripts/reproduce_quick.sh
+    labels: dict = field(default_factory=dict)  # config key -> its short name in legends and axes ("H", "delay")
 
 
 @dataclass
@@ -49,6 +50,7 @@ class RunSpec:
 
     name: str = ""  # default: the algorithm
     algorithm: str = ""
+    label: str = ""  # what figures and verdicts call its runs; default: the algorithm's name in the papers
     config: dict = field(default_factory=dict)
     quick: dict = field(default_factory=dict)
     sweep: dict = field(default_factory=dict)
@@ -95,6 +97,14 @@ class Experiment:
     runs: list[RunSpec]
     claims: list[Claim]
     figures: dict[str, FigureGroup]
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def run_names(self) -> dict[str, str]:
+        """What figures and verdicts call the runs of each ``[[runs]]`` entry, by its name: its ``label``, else
+        its algorithm's name in the papers ("fig4-adsp": "ADSP")."""
+        from edgeml.algorithms import display_name
+
+        return {r.name: r.label or display_name(r.algorithm) for r in self.runs}
 
 
 def experiment_dirs() -> list[Path]:
@@ -171,7 +181,34 @@ def _experiment_section(path: Path, raw: Any) -> tuple[ExperimentSection, list[T
                      where)
     section.target_accuracy, section.target_loss = e.get("target_accuracy"), e.get("target_loss")
     targets = _targets(where, section)
+    _labels(where, section.labels)
     return _typed(section, "experiment", {}, where), targets
+
+
+LABEL_WIDTH = 24
+
+
+def _labels(where: str, labels: Any) -> None:
+    """``[experiment] labels``: each key a config key (``section.key`` of a common section or an algorithm's),
+    each value a short name (at most ``LABEL_WIDTH`` characters, on one line)."""
+    from edgeml.algorithms import REGISTRY
+    from edgeml.schema import COMMON_SECTIONS, Config, did_you_mean
+
+    if not isinstance(labels, dict):
+        raise UserError(f"{where}: [experiment] labels must be a table: labels = {{ \"cluster.hetero\" = \"H\" }}")
+    sections = {s: {f.name for f in dataclasses.fields(getattr(Config(), s))} for s in COMMON_SECTIONS}
+    sections.update({name: {f.name for f in dataclasses.fields(spec.config)} for name, spec in REGISTRY.items()})
+    for key, name in labels.items():
+        section, _, field_name = key.partition(".")
+        if field_name not in sections.get(section, ()):
+            known = [f"{s}.{f}" for s, fs in sections.items() for f in sorted(fs)]
+            raise UserError(f"{where}: [experiment] labels names {key!r}, which is no config key"
+                            f"{did_you_mean(key, known)}: write labels = {{ \"section.key\" = \"short name\" }}")
+        if not isinstance(name, str) or not name.replace("{}", "").strip() or len(name) > LABEL_WIDTH or "\n" in name \
+                or name.count("{}") > 1:
+            raise UserError(f"{where}: [experiment] labels: {key!r} must be named by a short string (1 to "
+                            f"{LABEL_WIDTH} characters on one line, with at most one {{}} where the value goes), "
+                            f"got {name!r}")
 
 
 def _run_spec(path: Path, raw: Any) -> RunSpec:
@@ -186,6 +223,9 @@ def _run_spec(path: Path, raw: Any) -> RunSpec:
         if not isinstance(r.get(key, {}), dict):
             raise UserError(f"{where}: run {name!r}: {key} must be a table: write {key} = {{ ... }}")
     spec = _typed(RunSpec(), f"runs[{name}]", {**r, "name": name}, where)
+    if len(spec.label) > 2 * LABEL_WIDTH or "\n" in spec.label or ("label" in r and not spec.label.strip()):
+        raise UserError(f"{where}: run {name!r}: label must be a short name (1 to {2 * LABEL_WIDTH} characters on "
+                        f"one line), got {spec.label!r}")
     refs = [spec.figure] if isinstance(spec.figure, str) else spec.figure
     if not isinstance(refs, list) or not all(isinstance(x, str) and x for x in refs):
         raise UserError(f"{where}: run {name!r}: figure must be a figure id or a list of ids")
@@ -268,4 +308,4 @@ def load_experiment(paper: str) -> Experiment:
                                 f"of this experiment: add it as a [[runs]] entry or choose among {', '.join(names)}")
     return Experiment(path, e.paper or path.stem, e.title or path.stem, e.description, e.seeds, e.quick_seeds,
                       baseline, targets, e.differences, doc.get("settings", {}), doc.get("quick", {}), runs, claims,
-                      figures)
+                      figures, dict(e.labels))

@@ -74,6 +74,9 @@ def render(report: Report) -> Report:
     # the old figures go only now: a reproduction stopped while it runs keeps its last report readable
     shutil.rmtree(out / "figures", ignore_errors=True)
     report.runs = load_runs([str(out / "runs" / p.dirname) for p in report.done]) if report.done else []
+    names = exp.run_names()
+    for r in report.runs:  # what figures call them: the experiment's label for the entry, else the algorithm's name
+        r.name = names.get(r.spec, "")
     if report.runs:
         report.cmp = compare(report.runs, exp.targets or choose_targets(report.runs), _baseline(exp, report.runs))
         report.cmp.write(out)
@@ -131,7 +134,7 @@ def draw_figures(exp: Experiment, out: Path, done: list[PlannedRun], runs: list[
         folder = out / "figures" / (g.folder if g else "")
         folder.mkdir(parents=True, exist_ok=True)
         pending[gid] = plan_figures([r for r in runs if r.label in names], folder, cmp, g.panels if g else None,
-                                    against, g.cite if g else "")
+                                    against, g.cite if g else "", exp.labels)
     draw([f for fs in pending.values() for f in fs], processes)
     return {gid: [f.file for f in fs] for gid, fs in pending.items()}
 
@@ -167,6 +170,7 @@ def check_claims(exp: Experiment, runs: list[Run], cmp: Comparison, planned: lis
     others = {t: replace(t, rule=OTHER_RULE[t.rule]) for ts in targets.values() for t in ts if t.rule in OTHER_RULE}
     samples = claim_samples(runs, cmp.per_run, [c.metric for c in exp.claims],
                             list(dict.fromkeys([t for ts in targets.values() for t in ts] + list(others.values()))))
+    names = exp.run_names()
     results = []
     for c in exp.claims:
         ablations = [replace(c, run=a, diagnosis=None, headline=False) for a in (c.diagnosis.ablations
@@ -174,9 +178,9 @@ def check_claims(exp: Experiment, runs: list[Run], cmp: Comparison, planned: lis
         for t in targets[c] or [None]:
             key = t.key if t else ""
             # read once per claim and target: a swept claim's points each pick theirs
-            by_other = evaluate(c, samples, others[t].key) if t in others else []
-            by_ablation = [(a.run, x) for a in ablations for x in evaluate(a, samples, key)]
-            for r in evaluate(c, samples, key):
+            by_other = evaluate(c, samples, others[t].key, names=names) if t in others else []
+            by_ablation = [(a.run, x) for a in ablations for x in evaluate(a, samples, key, names=names)]
+            for r in evaluate(c, samples, key, names=names):
                 other = _other_rule(c, r, samples, t, others.get(t), by_other) if t else ""
                 abl = tuple((run, x.words or x.measured, x.verdict) for run, x in by_ablation
                             if not r.at or x.at in ("", r.at))

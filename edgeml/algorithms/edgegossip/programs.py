@@ -223,4 +223,4 @@ def edgegossip_platform(node: Node) -> None:
 register(AlgorithmSpec("edgegossip", "EdgeGossip: predicted balancing and accuracy-aware training over "
                        "aggregated points, on GoSGD", EdgeGossipConfig,
                        lambda cfg: [("worker", edgegossip_platform)] * cfg.cluster.workers,
-                       "edgegossip.txt Sec. 3, Alg. 1-2, Eq. 1"))
+                       "edgegossip.txt Sec. 3, Alg. 1-2, Eq. 1", display="EdgeGossip"))

@@ -357,11 +357,12 @@ SOLVER = ("cvxpy", "scipy.sparse")
 """The weight matrix's solver (``weights.optimal_weights``): a second to import, so procs loads it before the clock."""
 
 register(AlgorithmSpec("snap", "SNAP: EXTRA among neighbours, optimized weights, only changes above the APE bound",
-                       SNAPConfig, peer_nodes(exchange_peer), "snap.txt Sec. IV, Alg. 1", preload=SOLVER))
+                       SNAPConfig, peer_nodes(exchange_peer), "snap.txt Sec. IV, Alg. 1", preload=SOLVER,
+                       display="SNAP"))
 register(AlgorithmSpec("snap0", "SNAP-0: SNAP sending every changed parameter (APE threshold 0)", SNAP0Config,
-                       peer_nodes(exchange_peer), "snap.txt Sec. V", preload=SOLVER), "snap-0")
+                       peer_nodes(exchange_peer), "snap.txt Sec. V", preload=SOLVER, display="SNAP-0"), "snap-0")
 register(AlgorithmSpec("sno", "Select Neighbour Only: EXTRA among neighbours, every parameter every round",
                        ExchangeConfig, peer_nodes(functools.partial(exchange_peer, send_all=True)), "snap.txt Sec. V",
-                       preload=SOLVER))
+                       preload=SOLVER, display="SNO"))
 register(AlgorithmSpec("peer_ps", "Synchronous parameter server hosted at a peer, gradients routed over the "
-                       "topology", PeerConfig, peer_nodes(ps_peer), "snap.txt Sec. V"))
+                       "topology", PeerConfig, peer_nodes(ps_peer), "snap.txt Sec. V", display="PS"))

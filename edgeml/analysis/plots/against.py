@@ -18,12 +18,16 @@ from edgeml.analysis.stats import bootstrap_ci
 
 
 def _split_by_other_keys(df: pd.DataFrame, x: str) -> pd.DataFrame:
-    """``df`` with ``method`` renamed "method (k=v, ...)" where a method's points differ in keys other than x."""
+    """``df`` with ``method`` renamed "method (variant)" where a method's points differ in more than x: by the
+    ``variant`` column (the legend's name for the other keys, ``edgeml.analysis.figures.against_data``), else by
+    the keys of ``point`` ("k=v,k2=v2") other than x."""
     if df.empty or "point" not in df:
         return df
-    # "k=v,k2=v2": split only at a comma that starts the next key, so a value may hold commas ("[1, 2]")
-    rest = df["point"].astype(str).map(lambda p: ", ".join(kv for kv in re.split(r",(?=[A-Za-z_][\w.]*=)", p)
-                                                           if kv and not kv.startswith(f"{x}=")))
+    if "variant" in df:
+        rest = df["variant"].fillna("").astype(str)
+    else:  # split only at a comma that starts the next key, so a value may hold commas ("[1, 2]")
+        rest = df["point"].astype(str).map(lambda p: ", ".join(kv for kv in re.split(r",(?=[A-Za-z_][\w.]*=)", p)
+                                                               if kv and not kv.startswith(f"{x}=")))
     several = rest.groupby(df["method"]).transform("nunique") > 1
     out = df.copy()
     out.loc[several, "method"] = df["method"][several] + " (" + rest[several] + ")"
@@ -121,8 +125,9 @@ def against(df: pd.DataFrame, x: str, ys: list[str], labels: dict[str, str], con
                 ax.xaxis.set_minor_locator(NullLocator())
             ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         if not numeric:
-            points = order_of(df, "point")
-            ax.set_xticks(range(len(points)), [p.split("=", 1)[-1] for p in points])
+            points = order_of(df, "point")  # each named by its value of x (a point may set other keys too)
+            at = df.drop_duplicates("point").set_index("point")[x] if x in df else None
+            ax.set_xticks(range(len(points)), [str(at[p]) if at is not None else p.split("=", 1)[-1] for p in points])
         ax.set_xlabel(labels.get(x, x))
         ax.set_ylabel(labels.get(y, y))
         ax.set_title(textwrap.fill(f"{labels.get(y, y)} against {labels.get(x, x)}", 48))

@@ -44,9 +44,12 @@ def bars(reach: pd.DataFrame, target: str, context: str = "") -> Figure:
     infinite where the run never reached ``target``). With settings, bars are grouped by setting."""
     st = Styles.of(reach)
     grouped = len(st.settings) > 1
-    groups = st.settings if grouped else [""]
+    # a method run in one setting that no other method has is a group of its own, named by its setting (or name)
+    alone = [s for s in order_of(reach, "setting") if s not in st.settings]
+    groups = [*st.settings, *alone] if grouped else [""]
+    names = {s: s or "/".join(order_of(reach[reach["setting"] == s], "method")) for s in groups}
     # a group of bars is as wide as its methods need, and at least as wide as its tick label's longest line
-    lines = [line for s in groups for line in wrap_label(st.setting_names[s]).split("\n")]
+    lines = [line for s in groups for line in wrap_label(names[s]).split("\n")]
     label_in = max(map(len, lines), default=0) * 0.085
     group_in = max(0.9 * len(st.methods), label_in + 0.2) if grouped else 0.9 * len(st.methods)
     fig_in = min(MAX_WIDTH, max(8.0, 2 * (1.0 + group_in * (len(groups) if grouped else 1))))
@@ -64,13 +67,12 @@ def bars(reach: pd.DataFrame, target: str, context: str = "") -> Figure:
                 x = gi + (mi - (len(st.methods) - 1) / 2) * width if grouped else mi
                 top = max(top, _bar(ax, x, width if grouped else 0.7, d[f"{q}_lo"].to_numpy(float),
                                     d[f"{q}_hi"].to_numpy(float), st.colour[method]))
-        ticks = [st.setting_names[s] for s in groups] if grouped else st.methods
+        ticks = [names[s] for s in groups] if grouped else st.methods
         ax.set_xticks(range(len(ticks)), [wrap_label(t) for t in ticks])
         if lean or (not grouped and max(map(len, ticks)) > 8):  # long names lean rather than overlap
             ax.tick_params(axis="x", labelrotation=25)
             for tick in ax.get_xticklabels():
                 tick.set_horizontalalignment("right")
-        ax.set_xlabel(st.setting_title if grouped else "")
         ax.set_ylabel(label)
         ax.set_ylim(0, top * 1.15 or 1)
         ax.grid(axis="x", visible=False)

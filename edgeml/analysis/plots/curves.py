@@ -34,11 +34,14 @@ def convergence(evals: pd.DataFrame, x: str = "time_s", context: str = "") -> Fi
     marker by method, line style by setting, a 95% band over seeds."""
     st = Styles.of(evals)
     fig, axes = new_figure(1, 2, 11, 4.6)
+    drawn: list[tuple[str, str, list]] = []  # (method, setting, its curves): to name the ones that coincide
     for _, g in evals.groupby("run", sort=False):
         method, setting = g["method"].iloc[0], g["setting"].iloc[0]
         m = st.methods.index(method)
+        mine = []
         for ax, y in zip(axes, ("accuracy", "loss")):
             xs, ys, band = _curve_on_grid(g, x, y)
+            mine.append((xs, ys))
             if xs.size == 0:
                 continue
             every = max(1, xs.size // 8)
@@ -47,6 +50,8 @@ def convergence(evals: pd.DataFrame, x: str = "time_s", context: str = "") -> Fi
                     ms=5, markevery=(min(xs.size - 1, m * every // max(1, len(st.methods))), every), alpha=0.9)
             if band is not None:
                 ax.fill_between(xs, band[0], band[1], color=st.colour[method], alpha=0.15, lw=0)
+        drawn.append((method, setting, mine))
+    st.notes.update(coinciding(drawn))
     ends = pd.to_numeric(evals.groupby("run")[x].max(), errors="coerce")
     ends = ends[ends > 0]
     # runs that end an order of magnitude apart (compressed volumes; a baseline given 10x the budget) would squeeze
@@ -69,6 +74,26 @@ def convergence(evals: pd.DataFrame, x: str = "time_s", context: str = "") -> Fi
     return fig
 
 
+def coinciding(drawn: list[tuple[str, str, list]]) -> dict[str, str]:
+    """Legend notes for methods whose every curve lies on another method's (SNO's iterates are SNAP-0's): "same
+    curve as SNAP-0", so that a reader looks for the hidden line rather than for a missing one. ``drawn``:
+    (method, setting, [(xs, ys) per panel]) per line, in drawing order; curves coincide where they have the same
+    points to a millionth."""
+    def same(a: list, b: list) -> bool:
+        return all(xa.shape == xb.shape and np.allclose(xa, xb, rtol=1e-6, atol=1e-9) and
+                   np.allclose(ya, yb, rtol=1e-6, atol=1e-9, equal_nan=True) for (xa, ya), (xb, yb) in zip(a, b))
+
+    notes: dict[str, str] = {}
+    for method in dict.fromkeys(m for m, _, _ in drawn):
+        others = [[o for o, _, c2 in drawn if o != method and same(c, c2)] for m, _, c in drawn if m == method]
+        common = set(others[0]).intersection(*others[1:]) if others else set()
+        if common:
+            first = next(o for o, _, _ in drawn if o in common)
+            if notes.get(first) != f"same curve as {method}":  # one of the two names the other
+                notes[method] = f"same curve as {first}"
+    return notes
+
+
 def cost_per_iteration(evals: pd.DataFrame, context: str = "") -> Figure:
     """Communication cost (bytes x hops, snap.txt Sec. II-B) per iteration and in total against iterations (the
     ``iterations`` counter): a line per run, a 95% band over seeds. Per iteration is the cost between two
@@ -84,16 +109,23 @@ def cost_per_iteration(evals: pd.DataFrame, context: str = "") -> Figure:
         per = s["total_byte_hops"].diff() / s["iterations"].diff()
         parts.append(s.assign(per_iteration_mb=per / 1e6, cost_mb=s["total_byte_hops"] / 1e6))
     data = pd.concat(parts, ignore_index=True) if parts else evals
+    drawn: list[tuple[str, str, list]] = []
     for _, g in data.groupby("run", sort=False):
         method, setting = g["method"].iloc[0], g["setting"].iloc[0]
+        m = st.methods.index(method)
+        mine = []
         for ax, y in zip(axes, ("per_iteration_mb", "cost_mb")):
             xs, ys, band = _curve_on_grid(g, "iterations", y)
+            mine.append((xs, ys))
             if xs.size == 0:
                 continue
+            every = max(1, xs.size // 8)
             ax.plot(xs, ys, color=st.colour[method], ls=st.dash[setting], lw=1.5, marker=st.marker[method], ms=4,
-                    markevery=max(1, xs.size // 8), alpha=0.9)
+                    markevery=(min(xs.size - 1, m * every // max(1, len(st.methods))), every), alpha=0.9)
             if band is not None:
                 ax.fill_between(xs, band[0], band[1], color=st.colour[method], alpha=0.15, lw=0)
+        drawn.append((method, setting, mine))
+    st.notes.update(coinciding(drawn))
     for ax, label in zip(axes, ("cost per iteration (MB x hops)", "total cost (MB x hops)")):
         ax.set_xlabel("iterations")
         ax.set_ylabel(label)

@@ -31,7 +31,7 @@ def staleness(df: pd.DataFrame, context: str = "") -> Figure:
     if legend is not None:
         handles, labels = legend.legend_handles, [t.get_text() for t in legend.get_texts()]
         legend.remove()
-        fig.legend(handles, labels, title="run", loc="outside lower center", frameon=False,
+        fig.legend(handles, labels, loc="outside lower center", frameon=False,
                    ncols=max(1, min(len(labels), int(fig.get_figwidth() * 11) // (max(map(len, labels)) + 6))))
     panel_title(fig, "Staleness of the updates applied by the parameter server", context)
     return fig
@@ -66,7 +66,7 @@ def staleness_hist(df: pd.DataFrame, context: str = "") -> Figure:
         extra = [(h, lab) for h, lab in zip(*ax.get_legend_handles_labels()) if lab not in labels]
         handles += [h for h, _ in extra]
         labels += [lab for _, lab in extra]
-    fig.legend(handles, labels, title="run", loc="outside lower center", frameon=False,
+    fig.legend(handles, labels, loc="outside lower center", frameon=False,
                ncols=max(1, min(len(labels), int(fig.get_figwidth() * 11) // (max(map(len, labels)) + 6))))
     panel_title(fig, "Staleness distributions at the parameter server", context)
     return fig
@@ -192,7 +192,7 @@ def rounds(df: pd.DataFrame, context: str = "") -> Figure:
     axes[1].set_xlabel("capability: seconds per local iteration")
     axes[1].set_ylabel("longest wait at an aggregation (s)")
     axes[1].set_title("one point per device and seed; dashed: wait = capability")
-    axes[0].legend(title="run", frameon=False, fontsize=8)
+    axes[0].legend(frameon=False, fontsize=8)
     panel_title(fig, "Local iterations per round and waiting at aggregation, per device", context)
     return fig
 

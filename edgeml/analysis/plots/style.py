@@ -4,11 +4,9 @@ one figure. The helpers are the figure modules' own (underscored); the figures t
 
 from __future__ import annotations
 
-import re
-
 import math
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import matplotlib
 
@@ -65,46 +63,52 @@ def order_of(df: pd.DataFrame, col: str) -> list:
     return list(dict.fromkeys(df[col])) if col in df else []
 
 
-SETTING_SEP = re.compile(r",(?=[\w-]+\.[\w-]+=)")
-"""Between the ``section.key=value`` terms of a setting (a value may hold commas: lists, tables)."""
+class _Solid(dict):
+    """Line style per setting; any other setting (that of a method run in one setting only) is drawn solid."""
+
+    def __missing__(self, key):
+        return "-"
 
 
 @dataclass
 class Styles:
-    """Colour and marker per method, line style per setting, shared by every panel of one figure."""
+    """Colour and marker per method, line style per setting, shared by every panel of one figure.
+
+    ``settings`` are the settings of the methods run in several (their names as the legend shows them:
+    ``edgeml.analysis.figures.group_settings``), each with a line style of its own; a method run in one setting
+    gets no line-style entry, and its line is drawn in that setting's style where another method has it, else
+    solid. ``notes``: a remark after a method's name in the legend ("same curve as SNAP-0")."""
 
     methods: list[str]
     settings: list[str]
+    notes: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         palette = sns.color_palette("tab10" if len(self.methods) <= 10 else "husl", len(self.methods))
         self.colour = dict(zip(self.methods, palette))
         self.marker = {m: MARKERS[i % len(MARKERS)] for i, m in enumerate(self.methods)}
-        self.dash = {s: DASHES[i % len(DASHES)] for i, s in enumerate(self.settings)}
-        # settings that all set the same keys are named by their values, the keys titling the legend or axis
-        pairs = {s: [p.split("=", 1) for p in SETTING_SEP.split(s)] if s else [] for s in self.settings}
-        keys = {tuple(k for k, _ in kv) for s, kv in pairs.items() if s}
-        same = len(keys) == 1 and all(pairs[s] for s in self.settings)
-        self.setting_title = ", ".join(next(iter(keys))) if same else "setting"
-        self.setting_names = {s: ", ".join(v for _, v in pairs[s]) if same else s.replace(",", ", ") or "-"
-                              for s in self.settings}
+        self.dash = _Solid({s: DASHES[i % len(DASHES)] for i, s in enumerate(self.settings)})
 
     @classmethod
     def of(cls, df: pd.DataFrame) -> "Styles":
-        return cls(order_of(df, "method"), order_of(df, "setting"))
+        """The methods of a figure's table, and the settings of those run in several."""
+        methods = order_of(df, "method")
+        if "setting" not in df:
+            return cls(methods, [])
+        several = df.groupby("method", sort=False)["setting"].transform("nunique") > 1
+        return cls(methods, order_of(df[several], "setting"))
 
     def legend(self, fig: Figure, lines: bool = True) -> None:
-        """Methods (colour and marker) and, when several, settings (line style), below the panels."""
+        """Methods (colour and marker) and, when some method ran in several, settings (line style), below the
+        panels; a method's note follows its name."""
         handles = [Line2D([], [], color=self.colour[m], marker=self.marker[m], lw=1.6 if lines else 0, ms=6)
                    for m in self.methods]
-        labels = list(self.methods)
-        title = "method"
-        if len(self.settings) > 1 and lines:
+        labels = [f"{m} ({self.notes[m]})" if self.notes.get(m) else m for m in self.methods]
+        if self.settings and lines:
             handles += [Line2D([], [], color="0.35", ls=self.dash[s], lw=1.6) for s in self.settings]
-            labels += [self.setting_names[s] for s in self.settings]
-            title = f"method; {self.setting_title}"
+            labels += list(self.settings)
         width = max(map(len, labels)) + 6
         ncols = max(1, min(len(labels), int(fig.get_figwidth() * 11) // width))
         # grow the figure by the legend's height, so that many entries never squeeze it into the panels
         fig.set_figheight(fig.get_figheight() + 0.24 * (math.ceil(len(labels) / ncols) + 1))
-        fig.legend(handles, labels, title=title, loc="outside lower center", ncols=ncols, frameon=False)
+        fig.legend(handles, labels, loc="outside lower center", ncols=ncols, frameon=False)
