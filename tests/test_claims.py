@@ -425,6 +425,8 @@ def test_the_words_call_runs_by_their_names_in_the_papers_unless_two_would_read_
         ["ADSP (H=2)", "BSP"]
     assert words_names(["esync[data.partition=iid,network.commit_delay_s=8.0]", "ssgd"], {},
                        {"esync": "ESync", "ssgd": "SSGD"}) == ["ESync (iid, commit_delay_s=8)", "SSGD"]
+    assert words_names(["fixed[adsp.fixed_rate=1]", "base"], {}, {"fixed": "ADSP (fixed rate)", "base": "BSP"}) == \
+        ["ADSP (fixed rate, fixed_rate=1)", "BSP"]
     assert words_names(["new[cluster.hetero=H=2]", "base"], {"at": "cluster.hetero=H=2"},
                        {"new": "ADSP", "base": "BSP"}) == ["ADSP", "BSP"]
 

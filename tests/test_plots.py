@@ -150,8 +150,9 @@ def test_grouped_bars_draw_a_method_run_in_one_setting_of_its_own():
                     reach_frame()[lambda d: d.method != "bsp"].assign(setting="H=3.2"),
                     reach_frame()[lambda d: d.method == "bsp"].assign(setting="ec2")])
     ax = plots.bars(df, "loss stays <= 0.9").axes[0]
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["H=1.6", "H=3.2", "ec2"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["H=1.6", "H=3.2", "bsp"]  # named by its method
     assert len(ax.patches) == 5
+    assert ax.patches[-1].get_x() + ax.patches[-1].get_width() / 2 == pytest.approx(2.0)  # centred in its group
 
 
 def test_against_a_swept_setting_with_intervals_and_censored_points():

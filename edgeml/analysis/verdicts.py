@@ -241,7 +241,8 @@ def _evaluate_trend(claim: Claim, rows: pd.DataFrame, result: dict, missing, uni
     hi = np.array([[p.loc[s, "hi"] for p in per_point] for s in seeds], dtype=float)
     bounds = np.array([trend_bounds(a, b, claim.direction) for a, b in zip(lo, hi)]).reshape(len(seeds), 2)
     iv = mean_interval(bounds[:, 0], bounds[:, 1])
-    res = float(np.nanmax([p["resolution"].max() for p in per_point]))
+    per_res = np.array([p["resolution"].max() for p in per_point], dtype=float)
+    res = float(np.nanmax(per_res)) if np.isfinite(per_res).any() else math.nan  # none for an untimed metric
     timed = unit and claim.effect in ("value", "difference")
     means = ", ".join(f"{pt.split('=', 1)[-1]}: {_point_text(claim, p)}" for pt, p in zip(points, per_point))
     name = "dip" if claim.direction == "minimum" else "change"
@@ -414,7 +415,8 @@ def words_names(labels: list[str], result: dict, names: dict[str, str]) -> list[
         spec, bracket, point = label.partition("[")
         if label in names or not bracket:
             return names.get(label, label)
-        return f"{names.get(spec, spec)} ({point_text(point.removesuffix(']'))})"
+        name, setting = names.get(spec, spec), point_text(point.removesuffix("]"))
+        return f"{name[:-1]}, {setting})" if name.endswith(")") else f"{name} ({setting})"
 
     display = [shown(label) for label in plain]
     return display if len(set(display)) == len(set(plain)) else plain

@@ -44,10 +44,10 @@ def bars(reach: pd.DataFrame, target: str, context: str = "") -> Figure:
     infinite where the run never reached ``target``). With settings, bars are grouped by setting."""
     st = Styles.of(reach)
     grouped = len(st.settings) > 1
-    # a method run in one setting that no other method has is a group of its own, named by its setting (or name)
+    # a method run in one setting that no method run in several has is a group of its own, named by its method(s)
     alone = [s for s in order_of(reach, "setting") if s not in st.settings]
     groups = [*st.settings, *alone] if grouped else [""]
-    names = {s: s or "/".join(order_of(reach[reach["setting"] == s], "method")) for s in groups}
+    names = {s: s if s in st.settings else "/".join(order_of(reach[reach["setting"] == s], "method")) for s in groups}
     # a group of bars is as wide as its methods need, and at least as wide as its tick label's longest line
     lines = [line for s in groups for line in wrap_label(names[s]).split("\n")]
     label_in = max(map(len, lines), default=0) * 0.085
@@ -64,7 +64,11 @@ def bars(reach: pd.DataFrame, target: str, context: str = "") -> Figure:
                 d = reach[(reach["method"] == method) & ((reach["setting"] == setting) if grouped else True)]
                 if d.empty:
                     continue
-                x = gi + (mi - (len(st.methods) - 1) / 2) * width if grouped else mi
+                if grouped and setting in alone:  # its own group: its bars centred
+                    here = order_of(reach[reach["setting"] == setting], "method")
+                    x = gi + (here.index(method) - (len(here) - 1) / 2) * width
+                else:
+                    x = gi + (mi - (len(st.methods) - 1) / 2) * width if grouped else mi
                 top = max(top, _bar(ax, x, width if grouped else 0.7, d[f"{q}_lo"].to_numpy(float),
                                     d[f"{q}_hi"].to_numpy(float), st.colour[method]))
         ticks = [names[s] for s in groups] if grouped else st.methods
