@@ -78,6 +78,20 @@ def _fewest_keys(keys: list[str], groups: list[list[dict]], given: tuple[str, ..
     return keys
 
 
+def _by_method(runs: list[Run]) -> dict[str, list[str]]:
+    """The runs' paths by method (``method_of``), in order."""
+    groups: dict[str, list[str]] = {}
+    for r in runs:
+        groups.setdefault(method_of(r), []).append(str(r.path))
+    return groups
+
+
+def _varying(flat: dict[str, dict], paths: list[str]) -> list[str]:
+    """The config keys whose values differ among the runs at ``paths`` (``flat``: their flat configs)."""
+    return [k for k in dict.fromkeys(k for p in paths for k in flat[p])
+            if len({json.dumps(flat[p].get(k), sort_keys=True, default=str) for p in paths}) > 1]
+
+
 def group_settings(runs: list[Run], labels: dict[str, str] | None = None) -> dict[str, str]:
     """Each run's setting within a figure (by path), as its legend names it: the fewest config keys that tell
     apart the runs of one method (``method_of``) there (``_fewest_keys``), each named by ``setting_text``; every
@@ -85,12 +99,9 @@ def group_settings(runs: list[Run], labels: dict[str, str] | None = None) -> dic
     lacks counts as its default (``flat_config``); a key a run has no value for (another algorithm's section)
     is left out of its name."""
     flat = {str(r.path): flat_config(r) for r in runs}
-    groups: dict[str, list[str]] = {}
-    for r in runs:
-        groups.setdefault(method_of(r), []).append(str(r.path))
-    keys = [k for k in dict.fromkeys(k for p in flat for k in flat[p])
-            if any(len({json.dumps(flat[p].get(k), sort_keys=True, default=str) for p in paths}) > 1
-                   for paths in groups.values())]
+    groups = _by_method(runs)
+    varying = {k for paths in groups.values() for k in _varying(flat, paths)}
+    keys = [k for k in dict.fromkeys(k for p in flat for k in flat[p]) if k in varying]  # in the configs' order
     chosen = _fewest_keys(keys, [[flat[p] for p in paths] for paths in groups.values()])
     return {p: ", ".join(setting_text(k, f[k], labels) for k in chosen if f.get(k) is not None)
             for p, f in flat.items()}
@@ -187,13 +198,9 @@ def against_data(runs: list[Run], cmp: Comparison, x: str, ys: list[str],
     from_config = all(x in f for f in flat.values())
     metrics = ys if from_config else [x, *ys]
     samples = claim_samples(runs, cmp.per_run, metrics, [cmp.target])
-    groups: dict[str, list[str]] = {}
-    for r in runs:
-        groups.setdefault(method_of(r), []).append(str(r.path))
     point, variant = {}, {}
-    for paths in groups.values():
-        keys = [k for k in dict.fromkeys(k for p in paths for k in flat[p])
-                if len({json.dumps(flat[p].get(k), sort_keys=True, default=str) for p in paths}) > 1]
+    for paths in _by_method(runs).values():
+        keys = _varying(flat, paths)
         given = (x,) if x in keys else ()
         rest = _fewest_keys([k for k in keys if k != x], [[flat[p] for p in paths]], given)
         for p in paths:
