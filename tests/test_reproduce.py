@@ -294,7 +294,8 @@ def test_figure_groups_claims_and_against_panels(tmp_path, toy):
     report = (out / "REPORT.md").read_text()
     f2 = report.split("## Fig. 2: tight SSP against BSP", 1)[1].split("\n## ", 1)[0]
     assert "The paper: SSP with bound 1 is slower." in f2
-    assert "| tighter is slower | lower than bsp[cluster.hetero=H=1] (no number given) | accuracy>=0.5 | 2 |" in f2
+    # the paper's side named as the words name runs: the algorithm's name, a point as a setting
+    assert "| tighter is slower | lower than BSP (H=1) (no number given) | accuracy>=0.5 | 2 |" in f2
     # a value claim naming a swept run is checked at every point
     assert "| BSP reaches the target at every speed profile | <= 100 s | cluster.hetero=H=1; accuracy>=0.5 | 2 |" in f2
     assert "|  | <= 100 s | cluster.hetero=1:3; accuracy>=0.5 | 2 |" in f2
