@@ -47,11 +47,17 @@ def key_name(key: str, labels: dict[str, str] | None = None) -> str:
 def point_text(point: str, labels: dict[str, str] | None = None) -> str:
     """A sweep point as run labels write it ("data.partition=iid,network.commit_delay_s=8.0") as readers see
     it ("iid, commit_delay_s=8"): each ``section.key=value`` term by ``setting_text``."""
-    terms = [t.split("=", 1) for t in re.split(r",(?=[A-Za-z_][\w-]*\.[\w-]+=)", point) if "=" in t]
-    return ", ".join(setting_text(k, _value(v), labels) for k, v in terms) if terms else point
+    terms = point_terms(point)
+    return ", ".join(setting_text(k, read_value(v), labels) for k, v in terms) if terms else point
 
 
-def _value(text: str) -> Any:
+def point_terms(point: str) -> list[tuple[str, str]]:
+    """The (``section.key``, value as written) terms of a point "k=v,k2=v2"; split only at a comma that starts
+    the next key, so a value may hold commas ("[1, 2]")."""
+    return [tuple(t.split("=", 1)) for t in re.split(r",(?=[A-Za-z_][\w-]*\.[\w-]+=)", point) if "=" in t]
+
+
+def read_value(text: str) -> Any:
     """A value as ``fmt_value`` wrote it, read back (a number, a list) where it reads as JSON, else the text."""
     try:
         return json.loads(text)

@@ -4,7 +4,6 @@ with 95% bootstrap error bars, a line per method, methods run without the sweep 
 from __future__ import annotations
 
 import math
-import re
 import textwrap
 
 import numpy as np
@@ -13,6 +12,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullLocator
 
+from edgeml.analysis.names import read_value, point_terms, setting_text
 from edgeml.analysis.plots.style import Styles, new_figure, order_of, label_spans, panel_title
 from edgeml.analysis.stats import bootstrap_ci
 
@@ -25,9 +25,9 @@ def _split_by_other_keys(df: pd.DataFrame, x: str) -> pd.DataFrame:
         return df
     if "variant" in df:
         rest = df["variant"].fillna("").astype(str)
-    else:  # split only at a comma that starts the next key, so a value may hold commas ("[1, 2]")
-        rest = df["point"].astype(str).map(lambda p: ", ".join(kv for kv in re.split(r",(?=[A-Za-z_][\w.]*=)", p)
-                                                               if kv and not kv.startswith(f"{x}=")))
+    else:  # each other key as a legend names a setting
+        rest = df["point"].astype(str).map(lambda p: ", ".join(setting_text(k, read_value(v)) for k, v in point_terms(p)
+                                                               if k != x))
     several = rest.groupby(df["method"]).transform("nunique") > 1
     out = df.copy()
     out.loc[several, "method"] = df["method"][several] + " (" + rest[several] + ")"
