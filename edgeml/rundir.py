@@ -354,11 +354,46 @@ class Run:
         return self.table(EVALS, EVALS_NEEDED)
 
     def decided(self, name: str) -> float | None:
-        """The mean of a quantity the algorithm decided (``series/decisions.csv``, rows named ``name``)."""
+        """The mean of a quantity the algorithm decided (``series/decisions.csv``, rows named ``name``), or one
+        ``DERIVED`` from its series."""
+        if name in DERIVED:
+            return DERIVED[name](self)
         d = self.table(f"{SERIES}/decisions.csv", ("name", "value"), required=False)
         if d is None or not (d["name"] == name).any():
             return None
         return float(d.loc[d["name"] == name, "value"].mean())
+
+
+WINDOW_EPOCHS = 8
+"""Epochs per window of ``window_prediction_error``."""
+
+
+def _window_prediction_error(run: Run) -> float | None:
+    """The predictor's relative error over windows of ``WINDOW_EPOCHS`` consecutive epochs of each platform
+    (``series/epochs.csv``: |sum predicted - sum measured| / sum measured per window, averaged over windows, then
+    platforms; failed epochs left out; a platform's last, incomplete window too). Per epoch (``prediction_error``)
+    the error also holds the epoch-to-epoch noise of a short epoch; over a window that noise averages out, as
+    over the paper's longer epochs."""
+    import numpy as np
+
+    ep = run.table(f"{SERIES}/epochs.csv", required=False)
+    if ep is None or not {"rank", "epoch", "predicted_s", "measured_s", "failed"} <= set(ep.columns):
+        return None  # not a run with a predictor (GoSGD's epochs.csv has no predictions)
+    errors = []
+    for _, g in ep[ep["failed"] == 0].sort_values("epoch").groupby("rank"):
+        n = len(g) // WINDOW_EPOCHS * WINDOW_EPOCHS
+        if n == 0:
+            continue
+        predicted = g["predicted_s"].to_numpy()[:n].reshape(-1, WINDOW_EPOCHS).sum(axis=1)
+        measured = g["measured_s"].to_numpy()[:n].reshape(-1, WINDOW_EPOCHS).sum(axis=1)
+        keep = measured > 0
+        if keep.any():
+            errors.append(float(np.mean(np.abs(predicted[keep] - measured[keep]) / measured[keep])))
+    return float(np.mean(errors)) if errors else None
+
+
+DERIVED = {"window_prediction_error": _window_prediction_error}
+"""Quantities read from a run's series beyond ``decisions.csv`` (``Run.decided``), by name."""
 
 
 def _is_run(p: Path) -> bool:

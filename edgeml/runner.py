@@ -56,13 +56,19 @@ def run_dir_for(cfg: Config) -> Path:
     return path
 
 
+def _usable_cores() -> int:
+    """The cores this run may use (its CPU affinity, as taskset or a scheduler's slot sets it), where ``cpus``
+    counts the host's."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def meta_for(cfg: Config, job: Job, calibration: dict) -> dict:
     world = job.world
     return {
         "edgeml_version": edgeml.__version__, "git_sha": git_sha(), "seed": cfg.run.seed,
         "algorithm": cfg.run.algorithm, "backend": cfg.run.backend, "host": socket.gethostname(),
         "user": getpass.getuser(), "platform": platform.platform(), "python": platform.python_version(),
-        "torch": torch.__version__, "cpus": os.cpu_count(), "threads": cfg.run.threads, "model": job.model_name,
+        "torch": torch.__version__, "cpus": os.cpu_count(), "cores": _usable_cores(), "threads": cfg.run.threads, "model": job.model_name,
         "num_params": int(job.init_params.numel()), "started": datetime.now(timezone.utc).isoformat(),
         "calibration": calibration, "base_step_s": job.base_step_s,
         "step_factors": [world.factors[r] for r in world.roles.get("worker", [])],

@@ -375,3 +375,30 @@ def test_a_single_machine_run_listens_on_loopback_only(tmp_path):
     assert len(listening) >= 4  # monitor, PS and 2 workers
     assert {a.ip for a in listening} == {"127.0.0.1"}, listening
     assert len(refused) == len(listening) * len(others[:1])
+
+
+def test_procs_slots_refuses_more_cores_than_the_host_has_before_starting_anything(tmp_path):
+    """scripts/procs_slots.sh runs a procs run's seeds side by side, each in its own cores: asked for more cores
+    than the host has, it says so in one line, exits 2 and starts no run."""
+    out = tmp_path / "slots"
+    cores = len(os.sched_getaffinity(0))
+    p = subprocess.run(["bash", str(ROOT / "scripts" / "procs_slots.sh"), "edgegossip", "predictor", "0,1",
+                        str(cores), str(out)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2
+    assert p.stderr.count("\n") == 1 and f"need {2 * cores} cores" in p.stderr and "fewer seeds" in p.stderr
+    assert not list(out.glob("slot-*"))
+
+
+def test_a_run_records_the_cores_it_may_use_beside_the_hosts(tmp_path):
+    """meta.json: ``cpus`` counts the host's cores, ``cores`` those the run may use (its CPU affinity, as a
+    slot of scripts/procs_slots.sh or taskset sets it)."""
+    script = ("import json, os, sys; from edgeml.config import load_config; from edgeml.runner import run; "
+              "cfg = load_config(overrides=['run.algorithm=\"asp\"', 'run.backend=\"sim\"', 'cluster.workers=2', "
+              "'stop.max_time=1', 'data.dataset=\"digits\"', 'model.name=\"mlp\"', "
+              f"'run.out=\"{tmp_path}\"', 'run.name=\"one\"']); p = run(cfg); "
+              "print(json.dumps(json.load(open(os.path.join(p, 'meta.json')))))")
+    p = subprocess.run(["taskset", "-c", "0", sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "PYTHONPATH": pythonpath()})
+    assert p.returncode == 0, p.stderr
+    meta = json.loads(p.stdout.strip().splitlines()[-1])
+    assert meta["cores"] == 1 and meta["cpus"] == os.cpu_count()

@@ -110,3 +110,24 @@ def test_the_kept_series_are_the_ones_the_analysis_reads():
     for name, columns in kept.items():   # a series cut to some columns keeps at least those its figure needs
         if columns is not None:
             assert set(plots.SERIES_FIGURES[name].columns) <= set(columns)
+
+
+def test_the_windowed_prediction_error_averages_out_epoch_noise_and_skips_runs_without_predictions(tmp_path):
+    """``window_prediction_error`` sums predictions and measurements over windows of ``WINDOW_EPOCHS`` epochs
+    per platform: noise that cancels within a window leaves no error, a bias stays whole; failed epochs and a
+    platform's incomplete last window are left out."""
+    w = rundir.WINDOW_EPOCHS
+    rows = []
+    for e in range(2 * w + 3):  # platform 1: alternately 1 s early and 1 s late around a right prediction
+        rows.append({"time_s": e, "rank": 1, "epoch": e, "predicted_s": 3.0, "measured_s": 2.0 if e % 2 else 4.0,
+                     "failed": 0})
+    for e in range(w + 1):  # platform 2: always twice the measured time; one failed epoch
+        rows.append({"time_s": e, "rank": 2, "epoch": e, "predicted_s": 0.0 if e == 3 else 2.0,
+                     "measured_s": 0.0 if e == 3 else 1.0, "failed": int(e == 3)})
+    (tmp_path / "series").mkdir()
+    pd.DataFrame(rows).to_csv(tmp_path / "series" / "epochs.csv", index=False)
+    run = rundir.Run(tmp_path, summary={}, config={})
+    assert run.decided("window_prediction_error") == (0.0 + 1.0) / 2
+    pd.DataFrame([{"time_s": 0, "rank": 1, "epoch": 0, "measured_s": 1.0}]).to_csv(
+        tmp_path / "series" / "epochs.csv", index=False)
+    assert run.decided("window_prediction_error") is None  # GoSGD's epochs: no predictions
