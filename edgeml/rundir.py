@@ -392,7 +392,18 @@ def _window_prediction_error(run: Run) -> float | None:
     return float(np.mean(errors)) if errors else None
 
 
-DERIVED = {"window_prediction_error": _window_prediction_error}
+def _accuracy_jitter(run: Run) -> float | None:
+    """How much the test accuracy swings between evaluations: the standard deviation of its successive
+    differences over the second half of the run's evaluations (by time), where a curve that has settled
+    differs from one evaluation to the next by noise alone. None with fewer than three evaluations there."""
+    import numpy as np
+
+    ev = run.evals
+    acc = ev.loc[ev["time_s"] >= ev["time_s"].max() / 2, "accuracy"].dropna().to_numpy()
+    return float(np.std(np.diff(acc))) if len(acc) >= 3 else None
+
+
+DERIVED = {"window_prediction_error": _window_prediction_error, "accuracy_jitter": _accuracy_jitter}
 """Quantities read from a run's series beyond ``decisions.csv`` (``Run.decided``), by name."""
 
 

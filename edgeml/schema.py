@@ -275,6 +275,9 @@ class LoadSection:
     """Co-running workloads ``[{node = 0, kind = "cpu", intensity = 0.5, start = 0, end = 30}]``: kind cpu,
     disk, net or io (disk and net), intensity u in (0, 1], end omitted = until the run ends; real processes in
     procs, the model of ``edgeml.world`` in sim."""
+    repeat: int = ranged(0, ge=0, zero="the schedule names nodes as written")
+    """A schedule written for workers 0..N-1 that repeats over a larger deployment: worker i runs the workloads
+    of worker i mod N (so a sweep over cluster.workers loads every worker alike)."""
     cores: int = ranged(1, ge=1)
     """Cores of each node's share of its host, which its training and its workloads compete for (procs pins
     them there; sim's model)."""

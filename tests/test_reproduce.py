@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -332,6 +333,32 @@ def test_only_runs_the_matching_runs_and_keeps_the_rest(tmp_path, toy):
                                           "--out", str(out), "--resume"])
     assert result.exit_code == 0, result.output
     assert (out / "experiment.toml").read_bytes() == before and "(kept)" in result.output
+
+
+@pytest.mark.slow
+def test_only_refuses_to_leave_out_finished_runs_the_experiment_now_configures_otherwise(tmp_path, toy):
+    """An experiment file whose settings changed since a folder's runs were made, reproduced into that folder
+    with --only for other runs, would render a report without them: refused in one line, nothing written, unless
+    --force; continuing the folder's own copy keeps them."""
+    out = tmp_path / "out"
+    args = ["--quick", "--seeds", "0", "--out", str(out)]
+    assert CliRunner().invoke(cli.app, ["reproduce", toy, *args]).exit_code == 0
+    report = (out / "REPORT.md").read_text()
+    changed = edit(tmp_path, toy, "ssp = { staleness = 1 }", "ssp = { staleness = 2 }", name="toy.toml.new")
+    Path(changed).replace(toy)  # the same experiment file, edited
+    refused = CliRunner().invoke(cli.app, ["reproduce", toy, *args, "--only", "bsp", "--resume"])
+    assert refused.exit_code == 2, refused.output
+    line = " ".join(refused.output.split())
+    assert "holds 1 finished run(s) that --only leaves out" in line and "ssp-tight-s0" in line and "--force" in line
+    assert (out / "REPORT.md").read_text() == report
+    assert "staleness = 1" in (out / "experiment.toml").read_text()
+    kept = CliRunner().invoke(cli.app, ["reproduce", str(out / "experiment.toml"), *args, "--only", "bsp",
+                                        "--resume"])
+    assert kept.exit_code == 0 and "ssp-tight seed 0 (kept)" in kept.output, kept.output
+    forced = CliRunner().invoke(cli.app, ["reproduce", toy, *args, "--only", "bsp", "--resume", "--force"])
+    assert forced.exit_code == 0, forced.output
+    assert (out / "runs" / "ssp-tight-s0").is_dir()  # left out of the report, not deleted
+    assert list(pd.read_csv(out / "compare.csv")["run"]) == ["bsp[cluster.hetero=H=1]", "bsp[cluster.hetero=1:3]"]
 
 
 @pytest.mark.slow

@@ -293,3 +293,24 @@ def test_model_width_reaches_the_model_builder():
 
     with pytest.raises(UserError, match="width multiplier 0.5 for model 'mlp'"):
         prepare(load_config(overrides=["model.name='mlp'", "model.width=0.5"]))[0]
+
+
+def test_a_repeated_load_schedule_loads_every_worker_as_its_residue_and_equals_the_written_one_at_its_size():
+    """``load.repeat = N``: worker i runs what the schedule gives worker i mod N. At N workers it is the
+    schedule as written; at more, every worker is loaded; it refuses N above the workers and non-workers."""
+    schedule = ("load.schedule=[{node=0, kind='cpu', intensity=0.5, start=0, end=10},"
+                "{node='1', kind='disk', intensity=0.3}]")
+    written, _ = env_of(schedule)
+    env, _ = env_of(schedule, "load.repeat=2")
+    for t in (1.0, 12.0):
+        assert [env.load(r, t) for r in (W0, W1, W2, W3)] == \
+            [written.load(W0, t), written.load(W1, t), written.load(W0, t), written.load(W1, t)]
+    assert env.load(W2, 1.0) == Load(0.5, 0.0, 0.0) and env.load(W3, 1.0) == Load(0.0, 0.0, 0.3)
+    same, _ = env_of(schedule, "load.repeat=4")
+    assert [same.load(r, 1.0) for r in (PS, W0, W1, W2, W3)] == [written.load(r, 1.0) for r in (PS, W0, W1, W2, W3)]
+    with pytest.raises(UserError, match=r"load.repeat = 5 .* this run has 4"):
+        env_of(schedule, "load.repeat=5")
+    with pytest.raises(UserError, match="workers only"):
+        env_of("load.schedule=[{node='ps', kind='cpu', intensity=0.5}]", "load.repeat=2")
+    with pytest.raises(UserError, match="workers only"):
+        env_of("load.schedule=[{node=3, kind='cpu', intensity=0.5}]", "load.repeat=2")

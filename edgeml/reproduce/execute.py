@@ -35,6 +35,7 @@ class Work:
     run: PlannedRun
     cfg: Any  # its edgeml.schema.Config, run.out and run.name set
     runs_now: bool  # whether it runs (else it is kept, or left out when --only skips it and it never finished)
+    outdated: bool = False  # --only skips it and its directory holds a finished run of another configuration
 
 
 @dataclass
@@ -94,8 +95,10 @@ def plan_work(planned: list[PlannedRun], selected: set[str], out: Path, quick: b
     for p in planned:
         cfg = copy.deepcopy(p.cfg)
         cfg.run.name, cfg.run.out = p.dirname, str(out / "runs")
-        kept = (resume or p.dirname not in selected) and finished(out / "runs" / p.dirname, cfg, quick)
-        work.append(Work(p, cfg, p.dirname in selected and not kept))
+        path = out / "runs" / p.dirname
+        kept = (resume or p.dirname not in selected) and finished(path, cfg, quick)
+        outdated = p.dirname not in selected and not kept and rundir.finished_status(path) in rundir.FINISHED
+        work.append(Work(p, cfg, p.dirname in selected and not kept, outdated))
     checked = set()
     for w in work:  # every data set a starting run reads is there (or downloadable) before any run starts
         key = (w.cfg.data.dataset, w.cfg.data.root, w.cfg.data.download)
@@ -119,6 +122,13 @@ def prepare_out(exp: Experiment, out: Path, work: list[Work], force: bool, conso
         raise UserError(f"{out / 'runs'} holds {len(doomed)} finished run(s) that this would delete and run again "
                         f"({', '.join(doomed[:3])}{', ...' if len(doomed) > 3 else ''}): add --resume to keep those "
                         "with the same configuration, or --force to run them again")
+    outdated = [w.run.dirname for w in work if w.outdated]
+    if outdated and not force:
+        raise UserError(f"{out / 'runs'} holds {len(outdated)} finished run(s) that --only leaves out and that "
+                        f"{exp.source.name} now configures otherwise ({', '.join(outdated[:3])}"
+                        f"{', ...' if len(outdated) > 3 else ''}): the report would leave them out; continue the "
+                        f"folder's own {out / 'experiment.toml'}, select them with --only to run them again, or add "
+                        "--force to leave them out")
     out.mkdir(parents=True, exist_ok=True)
     copy = out / "experiment.toml"
     if not (copy.exists() and copy.samefile(exp.source)):  # continued from its own copy: already there

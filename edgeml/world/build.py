@@ -202,8 +202,15 @@ def devices(cfg, roles: Mapping[str, list[int]]) -> dict[int, str]:
 
 
 def workloads(cfg, roles: Mapping[str, list[int]]) -> list[Workload]:
-    """``load.schedule``: co-running workloads by node set."""
+    """``load.schedule``: co-running workloads by node set; with ``load.repeat = N`` a schedule written for
+    workers 0..N-1, which worker i follows as worker i mod N does."""
     out, key = [], "load.schedule"
+    repeat, workers = cfg.load.repeat, roles.get("worker", [])
+    if repeat:
+        if repeat > len(workers):
+            raise UserError(f"load.repeat = {repeat} repeats a schedule of {repeat} workers, but this run has "
+                            f"{len(workers)}: set it to at most the number of workers, or 0 to name nodes as written")
+        names = {"worker": workers[:repeat]}
     for item in cfg.load.schedule:
         e = _table(item, key, {"intensity": _Bound(strict=True, high=1.0), "start": _Bound(default=0.0),
                                "end": _Bound(default=math.inf)}, ("node", "kind", "intensity"), ("node", "kind"))
@@ -211,8 +218,11 @@ def workloads(cfg, roles: Mapping[str, list[int]]) -> list[Workload]:
             raise UserError(f"{key} entry {_inline(item)}: kind must be one of {', '.join(RESOURCES)}")
         if e["end"] <= e["start"]:
             raise UserError(f"{key} entry {_inline(item)}: needs end > start")
-        out += [Workload(r, e["kind"], e["intensity"], e["start"], e["end"])
-                for r in parse_nodes(e["node"], roles, key)]
+        ranks = parse_nodes(e["node"], names if repeat else roles, key + (" (with load.repeat: workers only)"
+                                                                          if repeat else ""))
+        if repeat:
+            ranks = [r for k in ranks for r in workers[workers.index(k)::repeat]]
+        out += [Workload(r, e["kind"], e["intensity"], e["start"], e["end"]) for r in ranks]
     return out
 
 

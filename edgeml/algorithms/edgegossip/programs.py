@@ -71,6 +71,10 @@ class EdgeGossipConfig(GoSGDConfig):
     """The SVD of ``svd_kmeans``: ``point``, each point's 10 largest singular values (Table 3's O(N d^{3/2}): every
     point decomposed as a matrix); ``dataset``, a truncated SVD of the class's points (the variant Sec. 3.2
     found ten times slower with LSH)."""
+    choose: Literal["loss", "random"] = "loss"
+    """Which aggregated subsets an epoch keeps, up to r_i of the platform's points: ``loss``, Algorithm 2's
+    highest-loss subsets first (lines 1-3); ``random``, subsets in a random order, the same number of points and
+    the same loss computation (an ablation of the choice, not in the paper)."""
     order: Literal["shuffled", "rank"] = "shuffled"
     """Which order the subsets Algorithm 2 keeps are trained in: ``rank``, Algorithm 2 as written (iterations
     over whole subsets in descending loss, so a batch holds one or two classes: on Fashion-MNIST with LeNet-5
@@ -162,10 +166,14 @@ class EdgePlatform(Platform):
                 more_losses, more_members = self.losses(extra)
                 loss_s += node.now() - t0
                 losses, members = losses + more_losses, members + more_members
-            batches = plan_batches(members, rank_subsets(losses), ratio * plan.sizes[me], self.b)
-            if cfg.order == "shuffled":
-                import torch
+            import torch
 
+            if cfg.choose == "loss":
+                chosen = rank_subsets(losses)
+            else:
+                chosen = torch.randperm(len(members), generator=node.gen).tolist()
+            batches = plan_batches(members, chosen, ratio * plan.sizes[me], self.b)
+            if cfg.order == "shuffled":
                 batches = regroup(batches, self.b, torch.randperm(sum(map(len, batches)), generator=node.gen).numpy())
             points = sum(len(b) for b in batches)
             predicted = points * t_point
