@@ -257,6 +257,21 @@ def test_edgegossip_balances_heterogeneous_platforms(tmp_path):
     assert nodes.wait_s.iloc[:2].min() > 0.3 * nodes.alive_s.iloc[0]
 
 
+@pytest.mark.slow
+def test_random_subsets_keep_the_same_share_of_data_as_algorithm_2s_highest_loss_ones(tmp_path):
+    """edgegossip.choose = "random" changes which subsets an epoch keeps, not how many points: the balancer's
+    ratios of the first epoch are the same, every epoch stops within one iteration of r_i |X_i|, and the
+    training differs."""
+    ranked = go(tmp_path, "loss", "run.algorithm='edgegossip'", "stop.max_time=2")
+    chosen = go(tmp_path, "random", "run.algorithm='edgegossip'", "stop.max_time=2", "edgegossip.choose='random'")
+    a, b = (pd.read_csv(p / "series/epochs.csv") for p in (ranked, chosen))
+    first = [e[e.epoch == 0].set_index("rank").ratio for e in (a, b)]
+    pd.testing.assert_series_equal(first[0], first[1])
+    for e in (a, b):
+        assert (e.points >= e.ratio * e.data - 1e-9).all() and (e.points < e.ratio * e.data + 64).all()
+    assert not pd.read_csv(ranked / "evals.csv").accuracy.equals(pd.read_csv(chosen / "evals.csv").accuracy)
+
+
 def test_edgegossip_predicts_under_co_running_load(tmp_path):
     schedule = "load.schedule=[{node = 0, kind = 'cpu', intensity = 0.4, start = 1, end = 3}]"
     path = go(tmp_path, "load", "run.algorithm='edgegossip'", "stop.max_time=4", schedule)
