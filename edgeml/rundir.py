@@ -358,10 +358,20 @@ class Run:
         ``DERIVED`` from its series."""
         if name in DERIVED:
             return DERIVED[name](self)
+        d = self._decisions(name)
+        return None if d is None else float(d.mean())
+
+    def last_decided(self, name: str) -> float | None:
+        """The last value the algorithm decided for ``name`` (``series/decisions.csv``, in time order)."""
+        d = self._decisions(name)
+        return None if d is None else float(d.iloc[-1])
+
+    def _decisions(self, name: str):
         d = self.table(f"{SERIES}/decisions.csv", ("name", "value"), required=False)
         if d is None or not (d["name"] == name).any():
             return None
-        return float(d.loc[d["name"] == name, "value"].mean())
+        d = d[d["name"] == name]
+        return (d.sort_values("time_s", kind="stable") if "time_s" in d.columns else d)["value"]
 
 
 WINDOW_EPOCHS = 8

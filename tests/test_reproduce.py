@@ -129,6 +129,11 @@ def test_run_seeds_quick_seeds_and_quick_sweeps(tmp_path, toy):
     ('seeds = [0, 1]', 'seeds = [0, 1]\nlabels = "H"', "labels must be a table"),
     ('seeds = [0, 1]', 'seeds = [0, 1]\nlabels = { "ssp.staleness" = "{} to {}" }', "at most one {}"),
     ('seeds = [0, 1]', 'seeds = [0, 1]\nlabels = { "ssp.staleness" = "{}" }', "must be named by a short string"),
+    ('[[runs]]\nalgorithm = "bsp"', '[[figures]]\nid = "f"\ntitle = "F"\nsettled = { decision = "commit_rate", '
+     'fixed = "adsp.fixed_rat" }\n\n[[runs]]\nfigure = "f"\nalgorithm = "bsp"', "settled.fixed names 'adsp.fixed_rat'.*"
+     "adsp.fixed_rate"),
+    ('[[runs]]\nalgorithm = "bsp"', '[[figures]]\nid = "f"\ntitle = "F"\nsettled = { decision = "commit_rate" }\n\n'
+     '[[runs]]\nfigure = "f"\nalgorithm = "bsp"', "settled names a decision and the key that fixes it"),
     ('name = "ssp-tight"', 'name = "ssp-tight"\nlabel = ""', "label must be a short name"),
     ('name = "ssp-tight"', 'name = "ssp-tight"\nlabel = "%s"' % ("x" * 60), "label must be a short name"),
 ])
@@ -545,3 +550,61 @@ def test_resume_runs_again_a_run_made_before_a_default_changed_what_edgeml_does(
     old[algorithm]["reward_clock"] = "run"
     (path / rundir.CONFIG).write_text(tomli_w.dumps(old))
     assert finished(path, new, quick=False)
+
+
+SEARCHED = """
+[experiment]
+paper = "toy"
+seeds = [0, 1]
+target_loss = 1.5
+
+[settings]
+run = { backend = "sim" }
+data = { dataset = "digits" }
+model = { name = "mlp" }
+cluster = { workers = 3, hetero = "1:1:3", base_step_s = 0.2 }
+stop = { max_time = 24, target_loss = 0.0 }
+adsp = { check_period_s = 2, epoch_s = 12, lr_decay_s = 60 }
+
+[[figures]]
+id = "rates"
+title = "Rates"
+panels = ["bars"]
+settled = { decision = "commit_rate", fixed = "adsp.fixed_rate" }
+
+[[runs]]
+name = "fixed"
+algorithm = "adsp"
+figure = "rates"
+sweep = { "adsp.fixed_rate" = [1, 4] }
+
+[[runs]]
+name = "searched"
+algorithm = "adsp"
+figure = "rates"
+"""
+
+
+@pytest.mark.slow
+def test_the_report_shows_what_each_searched_run_settled_on_beside_the_best_fixed_value(tmp_path):
+    """``[[figures]] settled``: one row per run that searched its commit rate, with the last rate it decided and
+    its mean, beside the fixed rate of the group with the least mean time to the target."""
+    path = tmp_path / "toy.toml"
+    path.write_text(SEARCHED)
+    out = reproduce(str(path), out=tmp_path / "out", console=None)
+    report = (out / "REPORT.md").read_text()
+    runs = {(r.label, r.seed): r for r in load_runs([str(out)])}
+    per_run = pd.read_csv(out / "compare_runs.csv")
+    times = {}
+    for rate in (1, 4):
+        rows = per_run[per_run["run"] == f"fixed[adsp.fixed_rate={rate}]"]
+        times[rate] = float("inf") if rows["censored"].any() else rows["time_to_target"].mean()
+    best = min(times, key=lambda v: (times[v], v))
+    assert "settled on its `commit_rate`" not in report and "searched its `commit_rate` online" in report
+    for seed in (0, 1):
+        r = runs[("searched", seed)]
+        d = pd.read_csv(r.path / "series" / "decisions.csv.gz")
+        rates = d[d["name"] == "commit_rate"].sort_values("time_s", kind="stable")["value"]
+        row = f"| searched | {seed} | {rates.iloc[-1]:.4g} | {rates.mean():.4g} |"
+        assert row in report, report
+    assert report.count(f"| {best:g} (") == 2

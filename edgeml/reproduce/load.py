@@ -75,6 +75,11 @@ class FigureGroup:
     text: str = ""
     panels: list[str] | None = None
     against: list[Against] = field(default_factory=list)
+    settled: dict = field(default_factory=dict)
+    """``{ decision = "commit_rate", fixed = "adsp.fixed_rate" }``: a table under the figure of what each run that
+    searches the value online (the config key ``fixed`` unset or 0) settled on (the last ``decision`` it logged)
+    beside the group's best fixed value (the runs that fix ``fixed``, the value with the least mean time to the
+    target)."""
 
     @property
     def folder(self) -> str:
@@ -188,7 +193,7 @@ def _experiment_section(path: Path, raw: Any) -> tuple[ExperimentSection, list[T
 LABEL_WIDTH = 24
 
 
-def _labels(where: str, labels: Any) -> None:
+def _labels(where: str, labels: Any, what: str = "[experiment] labels") -> None:
     """``[experiment] labels``: each key a config key (``section.key`` of a common section or an algorithm's),
     each value a short name (at most ``LABEL_WIDTH`` characters, on one line)."""
     from edgeml.algorithms import REGISTRY
@@ -202,8 +207,8 @@ def _labels(where: str, labels: Any) -> None:
         section, _, field_name = key.partition(".")
         if field_name not in sections.get(section, ()):
             known = [f"{s}.{f}" for s, fs in sections.items() for f in sorted(fs)]
-            raise UserError(f"{where}: [experiment] labels names {key!r}, which is no config key"
-                            f"{did_you_mean(key, known)}: write labels = {{ \"section.key\" = \"short name\" }}")
+            raise UserError(f"{where}: {what} names {key!r}, which is no config key"
+                            f"{did_you_mean(key, known)}: name it as \"section.key\"")
         if not isinstance(name, str) or not name.replace("{}", "").strip() or len(name) > LABEL_WIDTH or "\n" in name \
                 or name.count("{}") > 1:
             raise UserError(f"{where}: [experiment] labels: {key!r} must be named by a short string (1 to "
@@ -255,6 +260,11 @@ def _figure_group(where: str, raw: dict, known: set[str]) -> FigureGroup:
     typed = [_against(where, f["id"], a) for a in (against if isinstance(against, list) else [None])]
     g = _typed(FigureGroup(), f"figures[{f['id']}]", {k: v for k, v in f.items() if k != "against"}, where)
     g.text, g.against = g.text.strip(), typed
+    if g.settled:
+        if set(g.settled) != {"decision", "fixed"} or not all(isinstance(v, str) and v for v in g.settled.values()):
+            raise UserError(f"{where}: figure {f['id']!r}: settled names a decision and the key that fixes it: "
+                            f"settled = {{ decision = \"commit_rate\", fixed = \"adsp.fixed_rate\" }}")
+        _labels(where, {g.settled["fixed"]: "x"}, what=f"figure {f['id']!r} settled.fixed")
     return g
 
 

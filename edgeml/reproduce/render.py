@@ -6,6 +6,8 @@ figures of each figure group, the claims' verdicts and ``REPORT.md``. It reads t
 
 from __future__ import annotations
 
+import math
+
 import re
 import shutil
 from dataclasses import dataclass, field, replace
@@ -334,10 +336,55 @@ def _figure_sections(r: Report) -> list[str]:
         mine = [x for x in r.results if (x.figure or "") == gid]
         if mine:
             lines += [_claims_table(mine), "", *_notes(r.exp, mine)]
+        if g and g.settled:
+            lines += _settled(r, g.settled, set(members))
         for f in files:
             rel = f.png.relative_to(r.out).as_posix()
             lines += [f"**{f.caption}** ([PDF]({rel[:-4]}.pdf))", "", f"![{f.name}]({rel})", ""]
     return lines
+
+
+def _settled(r: Report, settled: dict, members: set[str]) -> list[str]:
+    """``[[figures]] settled``: what each run that searched a value online settled on, beside the group's best
+    fixed value (the least mean time to the target over its seeds; a value with a censored seed counts as
+    never reaching it)."""
+    decision, key = settled["decision"], settled["fixed"]
+    section, _, name = key.partition(".")
+    runs = [x for x in r.runs if x.label in members]
+    times = r.cmp.per_run.set_index("path") if r.cmp is not None else None
+
+    def time(x: Run) -> float:
+        if times is None or str(x.path) not in times.index:
+            return math.nan
+        row = times.loc[str(x.path)]
+        return math.inf if bool(row["censored"]) else float(row["time_to_target"])
+
+    def fixed(x: Run) -> float:
+        return float(x.config.get(section, {}).get(name) or 0)
+
+    by_value: dict[float, list[float]] = {}
+    for x in runs:
+        if fixed(x) > 0:
+            by_value.setdefault(fixed(x), []).append(time(x))
+    means = {v: (math.inf if math.inf in ts else sum(ts) / len(ts)) for v, ts in by_value.items()
+             if not any(math.isnan(t) for t in ts)}
+    best = min(means, key=lambda v: (means[v], v)) if means else None
+    searched = [x for x in runs if fixed(x) == 0 and x.last_decided(decision) is not None]
+    if not searched:
+        return []
+    target = r.cmp.target if r.cmp is not None else None
+
+    def secs(t: float) -> str:
+        return "never" if t == math.inf else "-" if math.isnan(t) else f"{t:.0f} s"
+
+    best_text = "-" if best is None else f"{best:g} ({secs(means[best])})"
+    rows = [[x.label, str(x.seed), f"{x.last_decided(decision):.4g}", f"{x.decided(decision):.4g}", secs(time(x)),
+             best_text] for x in searched]
+    what = f"time to {target}" if target else "time to the target"
+    return [f"What each run that searched its `{decision}` online settled on (the last value it decided), beside "
+            f"the best of this group's runs that fix it (`{key}`; the least mean {what} over their seeds):", "",
+            md_table(["run", "seed", "settled on", "mean over the run", what, "best fixed (its mean time)"], rows),
+            ""]
 
 
 def _claims_table(results: list[Result]) -> str:
