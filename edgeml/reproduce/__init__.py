@@ -48,6 +48,8 @@ Experiment file ``experiments/<paper>.toml``::
     panels = ["bars", "convergence_time"]   # optional: the panels to draw (default: every one with data)
     against = [{ x = "cluster.hetero", y = ["time_to_target"] }]   # optional: metrics against a swept
                                  # setting (or against a measured quantity), per method with intervals
+    settled = { decision = "commit_rate", fixed = "adsp.fixed_rate" }   # optional: a table of what each run
+                                 # that searched the value online settled on, beside the group's best fixed one
 
     [[runs]]
     name = "ssp"                 # unique; defaults to algorithm
