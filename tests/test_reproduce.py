@@ -608,3 +608,28 @@ def test_the_report_shows_what_each_searched_run_settled_on_beside_the_best_fixe
         row = f"| searched | {seed} | {rates.iloc[-1]:.4g} | {rates.mean():.4g} |"
         assert row in report, report
     assert report.count(f"| {best:g} (") == 2
+
+
+def test_a_point_layer_sets_a_value_for_one_point_of_the_sweep_only(tmp_path, toy):
+    """``points = { "cluster.hetero=1:3" = { ... } }``: that point's runs get the layer, after the sweep's own
+    values; the other point is untouched; a tag that names no point, or a layer that is no table, is refused."""
+    tuned = edit(tmp_path, toy, 'sweep = { "cluster.hetero" = ["H=1", "1:3"] }',
+                 'sweep = { "cluster.hetero" = ["H=1", "1:3"] }\n'
+                 'points = { "cluster.hetero=1:3" = { stop = { max_time = 7 }, cluster = { hetero = "1:2" } } }')
+    planned = {(p.name, p.seed): p for p in plan(load_experiment(tuned))}
+    one, other = planned[("bsp[cluster.hetero=1:3]", 0)], planned[("bsp[cluster.hetero=H=1]", 0)]
+    assert one.cfg.stop.max_time == 7 and one.cfg.cluster.hetero == "1:2"
+    assert other.cfg.stop.max_time == 20 and other.cfg.cluster.hetero == "H=1"
+    assert one.point == {"cluster.hetero": "1:3"}  # the run keeps its sweep point's name
+    quick = {(p.name, p.seed): p for p in plan(load_experiment(tuned), quick=True)}
+    assert quick[("bsp[cluster.hetero=1:3]", 0)].cfg.cluster.hetero == "1:3"  # full runs only
+    bad = edit(tmp_path, toy, 'sweep = { "cluster.hetero" = ["H=1", "1:3"] }',
+               'sweep = { "cluster.hetero" = ["H=1", "1:3"] }\npoints = { "cluster.hetero=1:4" = { stop = {} } }',
+               name="bad.toml")
+    with pytest.raises(UserError, match=r"points names 'cluster.hetero=1:4', which is no point.*'cluster.hetero=1:3'"):
+        plan(load_experiment(bad))
+    worse = edit(tmp_path, toy, 'sweep = { "cluster.hetero" = ["H=1", "1:3"] }',
+                 'sweep = { "cluster.hetero" = ["H=1", "1:3"] }\npoints = { "cluster.hetero=1:3" = 4 }',
+                 name="worse.toml")
+    with pytest.raises(UserError, match="must be a table"):
+        plan(load_experiment(worse))

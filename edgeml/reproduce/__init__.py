@@ -60,6 +60,9 @@ Experiment file ``experiments/<paper>.toml``::
     quick = { stop = { max_time = 5 } }      # optional layers for this run with --quick
     sweep = { "cluster.hetero" = ["H=1", "H=2"] }   # optional: one run per value (product over keys),
                                  # named "ssp[cluster.hetero=H=2]"
+    points = { "cluster.hetero=H=2" = { ssp = { staleness = 2 } } }   # optional: a layer for one point of the
+                                 # full sweep (a value tuned per setting), after the sweep's values; --quick
+                                 # runs take the run's quick layer instead
     quick_sweep = { "cluster.hetero" = ["H=1"] }     # optional: the sweep with --quick (default: sweep)
     seeds = [0]                  # optional: this run's seeds instead of the experiment's
     figure = "fig5"              # optional: the figure group(s) it is drawn in (an id, a list of ids, or a

@@ -55,6 +55,7 @@ class RunSpec:
     quick: dict = field(default_factory=dict)
     sweep: dict = field(default_factory=dict)
     quick_sweep: dict = field(default_factory=dict)
+    points: dict = field(default_factory=dict)  # a layer per point of the full sweep, by its tag ("cluster.hetero=1:3")
     figure: str | list[str] = field(default_factory=list)  # once loaded: the group ids ([""]: the default group)
     seeds: list[int] | None = ranged(None, **SEED)
 
@@ -224,7 +225,7 @@ def _run_spec(path: Path, raw: Any) -> RunSpec:
     name = r.get("name", r["algorithm"])
     if "seeds" in r:
         _seed_list(f"{where}: run {name!r}: seeds", r["seeds"])
-    for key in ("config", "quick", "sweep", "quick_sweep"):
+    for key in ("config", "quick", "sweep", "quick_sweep", "points"):
         if not isinstance(r.get(key, {}), dict):
             raise UserError(f"{where}: run {name!r}: {key} must be a table: write {key} = {{ ... }}")
     spec = _typed(RunSpec(), f"runs[{name}]", {**r, "name": name}, where)

@@ -3,7 +3,8 @@ config layers, validated up front (so a bad file fails before anything runs), an
 them. Nothing here runs or writes anything.
 
 Layers merge in this order, later winning key by key: settings, run config, quick, run quick, sweep values,
-then ``run.algorithm``/``run.seed`` (and ``--backend``).
+the run's layer for that point (``points``: a value tuned per setting; full runs only), then ``run.algorithm``/``run.seed``
+(and ``--backend``).
 """
 
 from __future__ import annotations
@@ -54,6 +55,11 @@ def sweep_points(spec: RunSpec, quick: bool = False) -> list[tuple[str, dict]]:
     return points
 
 
+def _tag(name: str) -> str:
+    """A point's tag, its run name's bracket: "fig5[cluster.hetero=H=2]" -> "cluster.hetero=H=2"."""
+    return name[name.index("[") + 1:-1] if name.endswith("]") and "[" in name else ""
+
+
 def plan(exp: Experiment, quick: bool = False, seeds: list[int] | None = None,
          backend: str | None = None) -> list[PlannedRun]:
     """Every (run, sweep point, seed) of the experiment with its merged config layers, validated up front."""
@@ -72,12 +78,21 @@ def _plan_spec(exp: Experiment, spec: RunSpec, quick: bool, seeds: list[int] | N
     if quick and exp.quick_seeds and not seeds:  # fewer seeds, never more than the run's own
         run_seeds = [s for s in exp.quick_seeds if s in run_seeds] or run_seeds[:1]
     planned = []
+    tags = {_tag(name): name for name, _ in sweep_points(spec)}
+    for tag, layer in (spec.points or {}).items():
+        if tag not in tags:
+            raise UserError(f"{exp.source.name}, run {spec.name!r}: points names {tag!r}, which is no point of its "
+                            f"sweep: name one of {', '.join(repr(t) for t in tags) or 'none (it has no sweep)'}")
+        if not isinstance(layer, dict):
+            raise UserError(f"{exp.source.name}, run {spec.name!r}: points.{tag!r} must be a table of settings, "
+                            f"e.g. {{ adacomm = {{ tau0 = 4 }} }}")
     for name, point in sweep_points(spec, quick):
+        extra = {} if quick else (spec.points or {}).get(_tag(name), {})  # --quick: the run's quick layer instead
         for seed in run_seeds:
             run = {"algorithm": spec.algorithm, "seed": seed, **({"backend": backend} if backend else {})}
             flat = {f"{sec}.{k}": v for sec, kv in point.items() for k, v in kv.items()}
-            p = PlannedRun(name, spec.algorithm, seed, merge(*layers, point, {"run": run}), merge(*own, point),
-                           spec.figure, spec.name, flat)
+            p = PlannedRun(name, spec.algorithm, seed, merge(*layers, point, extra, {"run": run}),
+                           merge(*own, point, extra), spec.figure, spec.name, flat)
             try:
                 p.cfg = build_config(p.layers, paths=False)  # paths: once, for the runs that start (execute)
             except UserError as exc:
