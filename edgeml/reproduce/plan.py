@@ -3,8 +3,8 @@ config layers, validated up front (so a bad file fails before anything runs), an
 them. Nothing here runs or writes anything.
 
 Layers merge in this order, later winning key by key: settings, run config, quick, run quick, sweep values,
-the run's layer for that point (``points``: a value tuned per setting; full runs only), then ``run.algorithm``/``run.seed``
-(and ``--backend``).
+the run's layer for that point (``points``: a value tuned per setting; full runs only), then
+``run.algorithm``/``run.seed`` (and ``--backend``).
 """
 
 from __future__ import annotations
