@@ -480,12 +480,19 @@ def load_run(path: Path) -> Run:
                experiment)
 
 
+SECTION_DEFAULTS: dict[str, dict[str, Any]] = {}
+"""The defaults of each algorithm's config section, by section name, as ``edgeml.algorithms.registry.register``
+records them (this layer cannot import the registry)."""
+
+
 def flat_config(run: Run) -> dict[str, Any]:
     """The run's config as {"section.key": value}. A key its config lacks (written before the key existed)
-    counts as its default, so old and new runs differ only where they do; or as what runs did before it
-    existed, where its default changed that (``schema.FORMER_DEFAULTS``: an old ADSP run's reward clock)."""
+    counts as its default, in the common sections and in its algorithm's (``SECTION_DEFAULTS``), so old and new
+    runs differ only where they do; or as what runs did before it existed, where its default changed that
+    (``schema.FORMER_DEFAULTS``: an old ADSP run's reward clock)."""
     former = {k: v for k, v in FORMER_DEFAULTS.items() if k.split(".", 1)[0] in run.config}
-    return {**_config_defaults(), **former, **_flatten(run.config)}
+    own = {f"{s}.{k}": v for s in run.config if s in SECTION_DEFAULTS for k, v in SECTION_DEFAULTS[s].items()}
+    return {**_config_defaults(), **own, **former, **_flatten(run.config)}
 
 
 def _flatten(config: dict) -> dict[str, Any]:

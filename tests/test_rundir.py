@@ -131,3 +131,21 @@ def test_the_windowed_prediction_error_averages_out_epoch_noise_and_skips_runs_w
     pd.DataFrame([{"time_s": 0, "rank": 1, "epoch": 0, "measured_s": 1.0}]).to_csv(
         tmp_path / "series" / "epochs.csv", index=False)
     assert run.decided("window_prediction_error") is None  # GoSGD's epochs: no predictions
+
+
+def test_a_run_written_before_a_key_of_its_algorithm_existed_reads_it_as_the_default():
+    """``flat_config`` fills an algorithm's section with its defaults (``SECTION_DEFAULTS``, recorded by the
+    registry), so a run made before ``edgegossip.choose`` existed names the same setting as one made after, and
+    one that set it otherwise differs there alone."""
+    import edgeml.algorithms  # noqa: F401  (registers every algorithm's defaults)
+
+    old = rundir.Run(Path("old"), summary={}, config={"run": {"algorithm": "edgegossip"},
+                                                        "edgegossip": {"method": "svd_kmeans"}})
+    new = rundir.Run(Path("new"), summary={}, config={"run": {"algorithm": "edgegossip"},
+                                                        "edgegossip": {"method": "svd_kmeans", "choose": "loss"}})
+    other = rundir.Run(Path("other"), summary={}, config={"run": {"algorithm": "edgegossip"},
+                                                          "edgegossip": {"choose": "random"}})
+    assert rundir.flat_config(old) == rundir.flat_config(new)
+    a, b = rundir.flat_config(old), rundir.flat_config(other)
+    assert {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)} == {"edgegossip.choose"}
+    assert "bsp.lr" not in a  # only the sections the run has

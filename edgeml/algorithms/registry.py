@@ -9,11 +9,13 @@ Programs talk to ``edgeml.runtime.base.Node`` only. Algorithm modules import thi
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 from dataclasses import dataclass
 from typing import Callable
 
+from edgeml import rundir
 from edgeml.errors import UserError
 
 
@@ -39,6 +41,8 @@ ALIASES: dict[str, str] = {}
 
 def register(spec: AlgorithmSpec, *aliases: str) -> AlgorithmSpec:
     REGISTRY[spec.name] = spec
+    # a run written before a key of this section existed reads it as its default (rundir.flat_config)
+    rundir.SECTION_DEFAULTS[spec.name] = dataclasses.asdict(spec.config())
     for a in aliases:
         ALIASES[a] = spec.name
     return spec
