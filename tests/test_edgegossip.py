@@ -174,6 +174,26 @@ def test_split_is_proportional_with_largest_remainders():
 # ------------------------------------------------------------------------------------------ trainer (Alg. 2)
 
 
+def test_ranking_per_class_keeps_every_class_share_each_by_descending_loss():
+    """choose = "class": any prefix of the order holds about the same share of every class, and within a class
+    the subsets come in Algorithm 2's descending loss."""
+    from edgeml.algorithms.edgegossip.balancer import rank_subsets_per_class
+
+    losses = [0.9, 0.1, 0.8, 0.7, 0.2, 0.6, 0.5, 0.4, 0.3, 0.05]
+    labels = [0, 0, 0, 0, 0, 0, 1, 1, 1, 1]  # six subsets of class 0, four of class 1
+    order = rank_subsets_per_class(losses, labels)
+    assert sorted(order) == list(range(10))
+    for cls in (0, 1):  # within a class: descending loss
+        mine = [i for i in order if labels[i] == cls]
+        assert [losses[i] for i in mine] == sorted((losses[i] for i in mine), reverse=True)
+    for n in (2, 5, 10):  # the first n hold each class in proportion, to within one subset
+        kept = order[:n]
+        for cls, size in ((0, 6), (1, 4)):
+            assert abs(sum(labels[i] == cls for i in kept) - n * size / 10) <= 1
+    assert order[:2] == [0, 6]  # the highest-loss subset of each class first
+    assert rank_subsets_per_class(losses, [0] * 10) == sorted(range(10), key=lambda i: -losses[i])  # one class
+
+
 def test_trainer_consumes_subsets_in_rank_order_and_stops_at_its_share():
     subsets = [np.arange(0, 3), np.arange(3, 8), np.arange(8, 10), np.arange(10, 14), np.arange(14, 20)]
     order = rank_subsets([0.1, 0.9, 0.5, 0.7, 0.3])
@@ -258,18 +278,21 @@ def test_edgegossip_balances_heterogeneous_platforms(tmp_path):
 
 
 @pytest.mark.slow
-def test_random_subsets_keep_the_same_share_of_data_as_algorithm_2s_highest_loss_ones(tmp_path):
-    """edgegossip.choose = "random" changes which subsets an epoch keeps, not how many points: the balancer's
+def test_random_or_per_class_subsets_keep_the_same_share_of_data_as_algorithm_2s_highest_loss_ones(tmp_path):
+    """edgegossip.choose = "random" or "class" changes which subsets an epoch keeps, not how many points: the balancer's
     ratios of the first epoch are the same, every epoch stops within one iteration of r_i |X_i|, and the
     training differs."""
     ranked = go(tmp_path, "loss", "run.algorithm='edgegossip'", "stop.max_time=2")
-    chosen = go(tmp_path, "random", "run.algorithm='edgegossip'", "stop.max_time=2", "edgegossip.choose='random'")
-    a, b = (pd.read_csv(p / "series/epochs.csv") for p in (ranked, chosen))
-    first = [e[e.epoch == 0].set_index("rank").ratio for e in (a, b)]
-    pd.testing.assert_series_equal(first[0], first[1])
-    for e in (a, b):
+    others = [go(tmp_path, how, "run.algorithm='edgegossip'", "stop.max_time=2", f"edgegossip.choose='{how}'")
+              for how in ("random", "class")]
+    epochs = [pd.read_csv(p / "series/epochs.csv") for p in (ranked, *others)]
+    first = [e[e.epoch == 0].set_index("rank").ratio for e in epochs]
+    for f in first[1:]:
+        pd.testing.assert_series_equal(first[0], f)
+    for e in epochs:
         assert (e.points >= e.ratio * e.data - 1e-9).all() and (e.points < e.ratio * e.data + 64).all()
-    assert not pd.read_csv(ranked / "evals.csv").accuracy.equals(pd.read_csv(chosen / "evals.csv").accuracy)
+    for other in others:
+        assert not pd.read_csv(ranked / "evals.csv").accuracy.equals(pd.read_csv(other / "evals.csv").accuracy)
 
 
 def test_edgegossip_predicts_under_co_running_load(tmp_path):

@@ -94,6 +94,18 @@ def rank_subsets(losses: Sequence[float]) -> list[int]:
     return sorted(range(len(losses)), key=lambda i: (-float(losses[i]), i))
 
 
+def rank_subsets_per_class(losses: Sequence[float], labels: Sequence[int]) -> list[int]:
+    """Algorithm 2's descending loss within each class, the classes interleaved (``choose = "class"``): a subset's
+    key is its rank among its class's subsets over their number, so any prefix of the order keeps about the same
+    share of every class, each share its highest-loss subsets; ties by loss, then index."""
+    by_class: dict[int, list[int]] = {}
+    for i in rank_subsets(losses):
+        by_class.setdefault(int(labels[i]), []).append(i)
+    key = {i: (k / len(members), -float(losses[i]), i) for members in by_class.values()
+           for k, i in enumerate(members)}
+    return sorted(key, key=key.__getitem__)
+
+
 def plan_batches(subsets: Sequence[np.ndarray], order: Sequence[int], target: float, b: int) -> list[np.ndarray]:
     """Algorithm 2 lines 4-16: iterations over whole subsets in ``order``, each of at least ``b`` points (the
     last may be smaller when the subsets run out), until ``target`` points are processed."""
