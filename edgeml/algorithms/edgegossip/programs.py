@@ -73,11 +73,9 @@ class EdgeGossipConfig(GoSGDConfig):
     point decomposed as a matrix); ``dataset``, a truncated SVD of the class's points (the variant Sec. 3.2
     found ten times slower with LSH)."""
     choose: Literal["loss", "class", "random"] = "loss"
-    """Which aggregated subsets an epoch keeps, up to r_i of the platform's points: ``loss``, Algorithm 2's
-    highest-loss subsets first (lines 1-3); ``class``, the highest-loss first within each class, every class
-    keeping the same share (Algorithm 2's rule with the kept subsets mixed across classes, a remedy for the
-    swing of class-pure epochs; not in the paper); ``random``, subsets in a random order (an ablation of the
-    choice). All three keep the same number of points and compute the same losses."""
+    """Which subsets an epoch keeps (r_i of its points): ``loss``, Algorithm 2's highest-loss first; ``class``,
+    the highest-loss first within each class, every class the same share (a remedy, not the paper's);
+    ``random``, random ones (an ablation)."""
     order: Literal["shuffled", "rank"] = "shuffled"
     """Which order the subsets Algorithm 2 keeps are trained in: ``rank``, Algorithm 2 as written (iterations
     over whole subsets in descending loss, so a batch holds one or two classes: on Fashion-MNIST with LeNet-5
