@@ -42,7 +42,8 @@ ALIASES: dict[str, str] = {}
 def register(spec: AlgorithmSpec, *aliases: str) -> AlgorithmSpec:
     REGISTRY[spec.name] = spec
     # a run written before a key of this section existed reads it as its default (rundir.flat_config)
-    rundir.SECTION_DEFAULTS[spec.name] = dataclasses.asdict(spec.config())
+    if dataclasses.is_dataclass(spec.config):
+        rundir.SECTION_DEFAULTS[spec.name] = dataclasses.asdict(spec.config())
     for a in aliases:
         ALIASES[a] = spec.name
     return spec
