@@ -30,7 +30,7 @@ from edgeml.analysis.verdicts import (HEADLINE_MARK, HOLDS_SHARE, NEEDS_DIAGNOSI
 from edgeml.errors import UserError
 from edgeml.reproduce.load import Experiment
 from edgeml.reproduce.plan import PlannedRun
-from edgeml.rundir import Run, fmt_value, load_runs
+from edgeml.rundir import Run, flat_config, fmt_value, load_runs
 
 VERDICT_NOTE = (f"Each claim is decided on the mean over seeds with a 95% bootstrap interval (pairs by seed for "
                 f"comparisons; n = seeds), and each effect is said in words beside its number. "
@@ -349,7 +349,6 @@ def _settled(r: Report, settled: dict, members: set[str]) -> list[str]:
     fixed value (the least mean time to the target over its seeds; a value with a censored seed counts as
     never reaching it)."""
     decision, key = settled["decision"], settled["fixed"]
-    section, _, name = key.partition(".")
     runs = [x for x in r.runs if x.label in members]
     times = r.cmp.per_run.set_index("path") if r.cmp is not None else None
 
@@ -360,7 +359,7 @@ def _settled(r: Report, settled: dict, members: set[str]) -> list[str]:
         return math.inf if bool(row["censored"]) else float(row["time_to_target"])
 
     def fixed(x: Run) -> float:
-        return float(x.config.get(section, {}).get(name) or 0)
+        return float(flat_config(x).get(key) or 0)
 
     by_value: dict[float, list[float]] = {}
     for x in runs:

@@ -135,10 +135,12 @@ class EdgePlatform(Platform):
             out = self.node.compute(partial(self.trainer.losses, (points, labels)), work=self.node.forward_work(m))
             losses += out.tolist()
             members += subsets
-            classes += [int(c) for c in labels]
+            classes += labels.tolist()
         return losses, members, classes
 
     def run(self) -> None:
+        import torch
+
         node, cfg, me = self.node, self.cfg, self.node.index
         sizes = [len(s) for s in self.shards]
         self.read_load()  # the first reading's window starts here
@@ -169,8 +171,6 @@ class EdgePlatform(Platform):
                 more_losses, more_members, more_labels = self.losses(extra)
                 loss_s += node.now() - t0
                 losses, members, labels = losses + more_losses, members + more_members, labels + more_labels
-            import torch
-
             if cfg.choose == "loss":
                 chosen = rank_subsets(losses)
             elif cfg.choose == "class":
