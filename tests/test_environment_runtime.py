@@ -116,10 +116,10 @@ def test_procs_cpu_interferer_raises_load_and_scaled_step_time(tmp_path, plugins
     p = probe(path)
     before, after = p[p["end"] < 1.95], p[p["at"] > 2.05]
     assert len(before) >= 3 and len(after) >= 3
-    # the interferer competes with the training (and whatever else runs on the host) for the node's one core
-    # (before it starts, what else runs on a CI host shows too: a few percent)
-    assert before.cpu.mean() < 0.15 and after.cpu.mean() > before.cpu.mean() + 0.2, (before.cpu.mean(),
-                                                                                   after.cpu.mean())
+    # the interferer competes with the training (and whatever else runs on the host) for the node's one core;
+    # medians, since the run's other processes still starting up on a 2-core CI host can fill the first windows
+    assert before.cpu.median() < 0.15 and after.cpu.median() > before.cpu.median() + 0.2, (
+        before.cpu.tolist(), after.cpu.tolist())
     # sharing its one core with a saturating interferer, a step takes markedly longer (about 2x)
     assert after.value.median() > 1.3 * before.value.median(), (before.value.median(), after.value.median())
 
