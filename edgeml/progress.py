@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from edgeml.rundir import EVAL_COLUMNS
+from edgeml.rundir import eval_column
 
 PLAIN_EVERY_S = 5.0
 """Seconds of wall time between two plain progress lines when stderr is not a terminal."""
@@ -49,7 +49,7 @@ class RunProgress:
         return Text.assemble(
             (f"{c.run.algorithm} ", "bold cyan"), f"{c.run.backend} w={c.cluster.workers}  ",
             f"clock {row['time_s']:.1f}{budget} s  steps {row['total_steps']}  ",
-            "".join(f"{k} {v:g}  " for k, v in row.items() if k not in EVAL_COLUMNS),
+            "".join(f"{k} {v:g}  " for k, v in row.items() if not eval_column(k)),
             f"loss {loss:.4f}  " if not math.isnan(loss) else "",
             (f"acc {acc:.3f}" if not math.isnan(acc) else "", "green"))
 

@@ -87,6 +87,13 @@ GZIP = ".gz"
 EVAL_COLUMNS = ("time_s", "total_steps", "total_samples", "total_bytes", "total_byte_hops", "ps_ingress_bytes",
                 "loss", "accuracy", "messages_lost")
 """``evals.csv``'s own columns (the algorithm's counters follow them), which no counter may shadow."""
+CLASS_ACCURACY = "accuracy_c"
+"""The prefix of ``evals.csv``'s per-class accuracy columns (``eval.per_class``: ``accuracy_c0``, ...)."""
+
+
+def eval_column(name: str) -> bool:
+    """Whether an ``evals.csv`` column is the monitor's own (not an algorithm's counter)."""
+    return name in EVAL_COLUMNS or (name.startswith(CLASS_ACCURACY) and name[len(CLASS_ACCURACY):].isdigit())
 NODE_COLUMNS = ["rank", "role", "index", "compute_s", "comm_s", "wait_s", "alive_s", "steps", "samples",
                 "messages_sent", "bytes_sent", "messages_lost", "messages_recv", "bytes_recv", "byte_hops", "crashed",
                 "crash_time_s"]

@@ -154,6 +154,10 @@ class DataSection:
     """Label-sorted shards per worker for ``partition = "shards"``."""
     batch_size: int = ranged(32, ge=1)
     """Mini-batch size of every worker; at most the smallest worker's share of the training set."""
+    order: Literal["shuffled", "class"] = "shuffled"
+    """How each worker's epochs visit its shard: ``shuffled`` anew every epoch; ``class``, class by class in the
+    same order every epoch (labels ascending, data set order within a class: the ESync authors' non-i.i.d.
+    sampler)."""
     train_samples: int = ranged(0, ge=0, zero="the whole training set")
     """Train on a seeded random subset of this many training samples, split over the workers (adacomp.txt
     Table II's 20% training set); 0: all of them."""
@@ -267,6 +271,9 @@ class EvalSection:
     average of their parameters (the global model); ``mean``, the mean loss and accuracy of each node's own
     model; ``worst``, the highest loss and the lowest accuracy among them (decentralized training has
     converged when every node's model has: snap.txt Sec. III)."""
+    per_class: bool = False
+    """Also record each class's accuracy on the test samples (``evals.csv`` columns ``accuracy_c0``,
+    ``accuracy_c1``, ...; of the model the ``accuracy`` column describes): where non-i.i.d. data hurt."""
 
 
 @dataclass

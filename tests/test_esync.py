@@ -81,6 +81,28 @@ def test_with_equal_speeds_esync_is_ssgd(tmp_path):
     assert a.loss.iloc[-1] < 0.5 * a.loss.iloc[0]
 
 
+def test_a_cap_of_one_local_iteration_makes_esync_ssgd_at_any_speeds(tmp_path):
+    rounds, speeds = 120, "cluster.hetero='1:2:5'"
+    es, a = _run(tmp_path, "esync", "run.algorithm='esync'", "esync.lr=0.05", "esync.max_local=1", speeds,
+                 f"stop.max_steps={3 + 3 * rounds}")
+    _, b = _run(tmp_path, "ssgd", "run.algorithm='ssgd'", "ssgd.lr=0.05", speeds, f"stop.max_steps={3 * rounds}")
+    assert (pd.read_csv(es / "series" / "rounds.csv").iterations == 1).all()
+    assert a.rounds.iloc[-1] == b.rounds.iloc[-1] == rounds - 1
+    assert a.accuracy.iloc[-1] == b.accuracy.iloc[-1]
+    assert a.loss.iloc[-1] == pytest.approx(b.loss.iloc[-1], rel=1e-5)
+
+
+def test_the_cap_bounds_each_rounds_local_iterations_and_only_in_blocking_mode(tmp_path):
+    path, _ = _run(tmp_path, "capped", "run.algorithm='esync'", "esync.lr=0.05", "cluster.hetero='1:2:6'",
+                   "stop.max_time=2", "esync.max_local=3")
+    rounds = pd.read_csv(path / "series" / "rounds.csv")
+    per = rounds[rounds["round"] > 1].groupby("rank").iterations.agg(["min", "max"])
+    # uncapped, 5, 2 and 1 (test_fast_devices_train_more...): the fastest stops at 3 and waits
+    assert per.loc[[2, 3, 4], "min"].tolist() == [3, 2, 1] and per.loc[[2, 3, 4], "max"].tolist() == [3, 2, 1]
+    with pytest.raises(UserError, match="esync.max_local = 2 caps the rounds of the blocking mode"):
+        load_config(overrides=["run.algorithm='esync'", "esync.max_local=2", "esync.mode='delayed_ack'"])
+
+
 @pytest.mark.parametrize("algorithm", ["esync", "ssgd"])
 def test_all_reduce_and_parameter_server_aggregation_give_the_same_models(tmp_path, algorithm):
     common = [f"run.algorithm='{algorithm}'", f"{algorithm}.lr=0.05", "cluster.hetero='1:2:5'", "stop.max_time=3"]
@@ -167,7 +189,7 @@ def test_standalone_weight_decay_adds_to_each_gradient():
 
 
 @pytest.mark.parametrize("setting", ["esync.global_lr=0", "esync.state_eps_s=-1", "esync.lr=nan",
-                                     "esync.mode='eager'", "ssgd.aggregation='ring'", "standalone.lr=-1",
+                                     "esync.mode='eager'", "esync.max_local=-1", "ssgd.aggregation='ring'", "standalone.lr=-1",
                                      "centralized.weight_decay=-0.1", "standalone.weight_decay=inf"])
 def test_bad_settings_are_refused(setting):
     algorithm = setting.split(".")[0]

@@ -633,3 +633,50 @@ def test_a_point_layer_sets_a_value_for_one_point_of_the_sweep_only(tmp_path, to
                  name="worse.toml")
     with pytest.raises(UserError, match="must be a table"):
         plan(load_experiment(worse))
+
+
+PER_CLASS = """
+[experiment]
+paper = "toy"
+seeds = [0, 1]
+
+[settings]
+run = { backend = "sim" }
+data = { dataset = "digits", partition = "sorted" }
+model = { name = "mlp" }
+cluster = { workers = 3 }
+stop = { max_time = 3 }
+eval = { interval = 1, per_class = true }
+
+[[figures]]
+id = "split"
+title = "Split"
+panels = ["bars"]
+per_class = true
+
+[[runs]]
+name = "gossip"
+algorithm = "gosgd"
+figure = "split"
+
+[[runs]]
+name = "plain"
+algorithm = "bsp"
+figure = "split"
+config = { eval = { per_class = false } }
+"""
+
+
+def test_the_report_tables_each_runs_final_accuracy_per_class(tmp_path):
+    """``[[figures]] per_class``: a row per run that recorded its class accuracies, the mean over its seeds of
+    the last evaluation's; runs that did not record them are left out."""
+    path = tmp_path / "toy.toml"
+    path.write_text(PER_CLASS)
+    out = reproduce(str(path), out=tmp_path / "out", console=None)
+    report = (out / "REPORT.md").read_text()
+    runs = [r for r in load_runs([str(out)]) if r.label == "gossip"]
+    last = pd.DataFrame([r.evals.iloc[-1] for r in runs])
+    cells = " | ".join(f"{last[f'accuracy_c{k}'].mean():.3f}" for k in range(10))
+    assert f"| gossip | 2 | {cells} | {last['accuracy'].mean():.3f} |" in report, report
+    table = report.split("Final accuracy per class")[1].split("\n\n")[1]
+    assert "| class 9 | all |" in table and "| gossip |" in table and "| plain |" not in table

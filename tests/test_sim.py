@@ -319,6 +319,47 @@ def test_eval_models_average_mean_and_worst_describe_the_nodes_models(tmp_path):
     assert alone[0] == alone[1]
 
 
+@pytest.mark.parametrize("how", ["average", "mean", "worst"])
+def test_per_class_accuracy_adds_up_to_the_accuracy_and_changes_nothing_else(tmp_path, how):
+    import numpy as np
+
+    from edgeml.runner import prepare
+
+    args = ["run.algorithm='gosgd'", "run.backend='sim'", "cluster.workers=3", "stop.max_time=1",
+            "eval.interval=0.25", "eval.test_samples=150", "data.partition='sorted'", f"eval.models='{how}'",
+            f"run.out='{tmp_path}'"]
+    plain = pd.read_csv(run(load_config(overrides=[*args, "run.name='plain'"])) / "evals.csv")
+    cfg = load_config(overrides=[*args, "run.name='classes'", "eval.per_class=true"])
+    rows = pd.read_csv(run(cfg) / "evals.csv")
+    columns = [f"accuracy_c{k}" for k in range(10)]
+    assert [c for c in rows.columns if c.startswith("accuracy_c")] == columns
+    pd.testing.assert_frame_equal(rows.drop(columns=columns), plain)  # the run and its other columns are the same
+    job, _ = prepare(cfg)
+    y = job.dataset.y_test[job.test_index].numpy()
+    share = np.bincount(y, minlength=10) / len(y)
+    per = rows[columns].to_numpy()
+    assert ((per >= 0) & (per <= 1)).all()
+    if how == "average":  # one model: the class accuracies weighted by the classes' shares are the accuracy
+        assert per @ share == pytest.approx(rows["accuracy"].to_numpy())
+    elif how == "mean":  # the mean over models of each model's weighted sum
+        assert per @ share == pytest.approx(rows["accuracy"].to_numpy())
+    else:  # the worst model of each class: at most any one model, so the weighted sum is at most the accuracy
+        assert (per @ share <= rows["accuracy"].to_numpy() + 1e-12).all()
+    assert (per[1:] != per[1]).any()  # class accuracies move during training
+
+
+def test_data_order_class_gives_every_worker_its_shard_class_by_class():
+    from edgeml.runner import prepare
+
+    job, _ = prepare(load_config(overrides=["run.backend='sim'", "cluster.workers=3", "data.partition='sorted'",
+                                            "data.order='class'", "data.batch_size=50"]))
+    for w in range(3):
+        t = job.trainer(w)
+        labels = torch.cat([t.next_batch()[1] for _ in range(len(job.shards[w]) // 50)])
+        assert labels.tolist() == sorted(job.dataset.y_train[job.shards[w]].tolist())[:len(labels)]
+        assert t.next_batch()[1].tolist() == labels[:50].tolist()  # the next epoch: the same order again
+
+
 def test_series_tables_write_numpy_scalars_as_plain_numbers():
     import numpy as np
 

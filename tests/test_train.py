@@ -124,6 +124,17 @@ def test_a_chosen_order_is_followed_exactly() -> None:
         t.set_order(torch.tensor([3, 4]))
 
 
+def test_class_order_visits_the_shard_class_by_class_every_epoch() -> None:
+    t, ref = _trainer(batch_size=16, order="class"), _trainer(batch_size=16)
+    x, y = _data()
+    fixed = sorted(SHARD.tolist(), key=lambda i: (int(y[i]), i))  # labels ascending, data set order within
+    seen = [t.next_batch()[0] for _ in range(9)]  # 3 batches per epoch (the last 11 samples dropped): 3 epochs
+    for k, batch in enumerate(seen):
+        assert torch.equal(batch, x[fixed[16 * (k % 3):16 * (k % 3) + 16]])
+    assert t.epoch == 3
+    assert not torch.equal(ref.next_batch()[0], seen[0])  # shuffled by default
+
+
 def test_per_sample_losses() -> None:
     t = _trainer("mlp")
     t.gradient()

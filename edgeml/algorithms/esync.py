@@ -31,6 +31,9 @@ Choices where the paper is silent (settings):
   steps. 0 (auto): a tenth of the fastest device's step time.
 - ``probe``: Alg. 1 line 3 measures the first capability with a batch (``step``); the authors' code ran one
   forward pass (``forward``, modelled as a third of a step: ``node.forward_work``).
+- ``max_local``: not in the paper (nor a cap in the authors' code), an ablation: at most this many local
+  iterations per round (blocking mode); a device at the cap still tells the State Server, then aggregates.
+  With a cap of 1 ESync is SSGD at any speeds, as with equal speeds (tested).
 
 Recorded: ``series/rounds.csv`` (per device and round: local iterations, waiting time at aggregation, the
 capability c, and in delayed-ACK mode the iteration the READY was for and delta); the counter ``rounds`` (at
@@ -55,6 +58,7 @@ from typing import TYPE_CHECKING, Callable, Literal
 
 from edgeml.algorithms.kit import ParameterServer
 from edgeml.algorithms.registry import AlgorithmSpec, register
+from edgeml.errors import UserError
 from edgeml.schema import ranged
 
 if TYPE_CHECKING:
@@ -93,6 +97,14 @@ class ESyncConfig(SSGDConfig):
     probe: Literal["step", "forward"] = "step"
     """The first capability: one training step on a batch (Alg. 1 line 3) or one forward pass (the authors'
     code; modelled as a third of a step)."""
+    max_local: int = ranged(0, ge=0, zero="as many as the State Server allows")
+    """At most this many local iterations per round (blocking mode): a device that has done them aggregates
+    whatever the State Server answers. Not in the paper (an ablation: how far fast replicas drift)."""
+
+    def validate(self, cfg) -> None:
+        if self.max_local and self.mode != "blocking":
+            raise UserError(f"esync.max_local = {self.max_local} caps the rounds of the blocking mode: set "
+                            f"esync.mode = 'blocking' or esync.max_local = 0")
 
     def eta(self, num_workers: int) -> float:
         """The rate on the mean delta, at the devices (all-reduce) or the parameter server: eps of Eq. 8."""
@@ -294,7 +306,8 @@ def esync_device(node: Node) -> None:
     t_e, t, k = node.now(), 0, 0
     while True:
         asked_for = None
-        if not query.ready(k, c, t_e, t):
+        # the State Server hears of every iteration; a device at its cap aggregates whatever the answer
+        if not query.ready(k, c, t_e, t) and not (cfg.max_local and k >= cfg.max_local):
             t_s = node.now()
             loss = node.compute(trainer.gradient, samples=trainer.batch_size, interrupt=query.interrupt)
             if loss is not node.INTERRUPTED:

@@ -81,6 +81,9 @@ class FigureGroup:
     searches the value online (the config key ``fixed`` unset or 0) settled on (the last ``decision`` it logged)
     beside the group's best fixed value (the runs that fix ``fixed``, the value with the least mean time to the
     target)."""
+    per_class: bool = False
+    """A table under the figure of each run's final accuracy per class (mean over its seeds), for the runs that
+    recorded it (``eval.per_class``)."""
 
     @property
     def folder(self) -> str:

@@ -30,7 +30,7 @@ from edgeml.analysis.verdicts import (HEADLINE_MARK, HOLDS_SHARE, NEEDS_DIAGNOSI
 from edgeml.errors import UserError
 from edgeml.reproduce.load import Experiment
 from edgeml.reproduce.plan import PlannedRun
-from edgeml.rundir import Run, flat_config, fmt_value, load_runs
+from edgeml.rundir import CLASS_ACCURACY, Run, eval_column, flat_config, fmt_value, load_runs
 
 VERDICT_NOTE = (f"Each claim is decided on the mean over seeds with a 95% bootstrap interval (pairs by seed for "
                 f"comparisons; n = seeds), and each effect is said in words beside its number. "
@@ -338,6 +338,8 @@ def _figure_sections(r: Report) -> list[str]:
             lines += [_claims_table(mine), "", *_notes(r.exp, mine)]
         if g and g.settled:
             lines += _settled(r, g.settled, set(members))
+        if g and g.per_class:
+            lines += _per_class(r, members)
         for f in files:
             rel = f.png.relative_to(r.out).as_posix()
             lines += [f"**{f.caption}** ([PDF]({rel[:-4]}.pdf))", "", f"![{f.name}]({rel})", ""]
@@ -384,6 +386,30 @@ def _settled(r: Report, settled: dict, members: set[str]) -> list[str]:
             f"the best of this group's runs that fix it (`{key}`; the least mean {what} over their seeds):", "",
             md_table(["run", "seed", "settled on", "mean over the run", what, "best fixed (its mean time)"], rows),
             ""]
+
+
+def _per_class(r: Report, members: list[str]) -> list[str]:
+    """``[[figures]] per_class``: each run's accuracy per class at its last evaluation, the mean over its seeds
+    (runs that did not record it, ``eval.per_class``, are left out)."""
+    rows, width = [], 0
+    for name in members:
+        finals = []
+        for x in r.runs:
+            if x.label != name:
+                continue
+            last = x.evals.iloc[-1]
+            classes = sorted((int(k[len(CLASS_ACCURACY):]), k) for k in last.index
+                             if k.startswith(CLASS_ACCURACY) and eval_column(k))
+            if classes:
+                finals.append([float(last[k]) for _, k in classes] + [float(last["accuracy"])])
+        if finals:
+            mean = np.nanmean(np.array(finals), axis=0)
+            width = max(width, len(mean) - 1)
+            rows.append([name, str(len(finals)), *(f"{v:.3f}" for v in mean)])
+    if not rows:
+        return []
+    return ["Final accuracy per class (the last evaluation, mean over seeds):", "",
+            md_table(["run", "seeds", *(f"class {k}" for k in range(width)), "all"], rows), ""]
 
 
 def _claims_table(results: list[Result]) -> str:

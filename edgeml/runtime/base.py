@@ -67,7 +67,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
-from edgeml.rundir import EVAL_COLUMNS  # evals.csv's own columns, which no counter may shadow
+from edgeml.rundir import EVAL_COLUMNS, eval_column  # evals.csv's own columns, which no counter may shadow
 
 T = TypeVar("T")
 
@@ -375,9 +375,9 @@ class Node:
     def count(self, name: str, n: float = 1) -> None:
         """Add ``n`` to the progress counter ``name`` (``rounds``, ``iterations``, ``epochs``): summed over
         nodes into a column of ``evals.csv``, so count a global quantity at one node."""
-        if not COUNTER_NAME.fullmatch(name) or name in EVAL_COLUMNS:
+        if not COUNTER_NAME.fullmatch(name) or eval_column(name):
             raise ValueError(f"counter name {name!r}: use lower-case letters, digits and _, not one of "
-                             f"{', '.join(EVAL_COLUMNS)}")
+                             f"{', '.join(EVAL_COLUMNS)} or accuracy_c<k>")
         counts = self.counters.counts
         counts[name] = counts.get(name, 0) + n
 

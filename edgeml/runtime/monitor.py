@@ -78,22 +78,31 @@ class Monitor:
         self.next_eval = 0.0
 
     def evaluate(self, t: float, params: list[torch.Tensor], totals: Totals) -> dict[str, Any]:
-        how = self.job.cfg.eval.models
+        how, per_class = self.job.cfg.eval.models, self.job.cfg.eval.per_class
+        classes: list[float] = [math.nan] * self.job.dataset.num_classes if per_class else []
         if not params:
             loss, acc = math.nan, math.nan
         elif how == "average" or len(params) == 1:
             # averaged in float64: nodes that hold the same model (after an all-reduce) evaluate it exactly
             mean = params[0].detach().float().cpu().clone() if len(params) == 1 else \
                 torch.stack([p.detach().cpu().double() for p in params]).mean(0).float()
-            loss, acc = self.evaluator(mean)
+            loss, acc = self.evaluator(mean, classes if per_class else None)
         else:
-            each = [self.evaluator(p.detach().float().cpu()) for p in params]
-            losses, accs = [x for x, _ in each], [a for _, a in each]
+            scored = []
+            for p in params:
+                c: list[float] = []
+                scored.append((c, self.evaluator(p.detach().float().cpu(), c if per_class else None)))
+            losses, accs = [x for _, (x, _) in scored], [a for _, (_, a) in scored]
             loss, acc = (statistics.fmean(losses), statistics.fmean(accs)) if how == "mean" else \
                 (max(losses, key=_nan_worst), min(accs, key=lambda a: -_nan_worst(-a)))
+            if per_class:  # each class as the accuracy column reads the models: their mean, or the worst
+                columns = list(zip(*(c for c, _ in scored)))
+                classes = [statistics.fmean(v) if how == "mean" else min(v, key=lambda a: -_nan_worst(-a))
+                           for v in columns]
         row = {"time_s": round(t, 6), "total_steps": totals.steps, "total_samples": totals.samples,
                "total_bytes": totals.bytes, "total_byte_hops": totals.byte_hops, "ps_ingress_bytes": totals.ps_ingress,
-               "loss": loss, "accuracy": acc, "messages_lost": totals.messages_lost, **totals.counts}
+               "loss": loss, "accuracy": acc, "messages_lost": totals.messages_lost,
+               **{f"accuracy_c{k}": a for k, a in enumerate(classes)}, **totals.counts}
         self.rows.append(row)
         if self.writer:
             self.writer.append_eval(row)
