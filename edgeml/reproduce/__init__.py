@@ -50,6 +50,7 @@ Experiment file ``experiments/<paper>.toml``::
                                  # setting (or against a measured quantity), per method with intervals
     settled = { decision = "commit_rate", fixed = "adsp.fixed_rate" }   # optional: a table of what each run
                                  # that searched the value online settled on, beside the group's best fixed one
+    per_class = true             # optional: a table of each run's final accuracy per class (eval.per_class)
 
     [[runs]]
     name = "ssp"                 # unique; defaults to algorithm
