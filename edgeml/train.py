@@ -238,7 +238,7 @@ class Trainer:
     def set_order(self, indices: torch.Tensor) -> None:
         """Start a new epoch now that visits ``indices`` (samples of the shard: all or a subset, in this order)
         in consecutive batches of ``batch_size``; a remainder shorter than a batch is dropped, as in every
-        epoch. Once it is used up, epochs shuffle the whole shard again."""
+        epoch. Once it is used up, epochs visit the whole shard again as before (shuffled, or class by class)."""
         self._order = self._shard_indices(indices).clone()
         self._pos = 0
         self.epoch += 1

@@ -189,8 +189,9 @@ def test_standalone_weight_decay_adds_to_each_gradient():
 
 
 @pytest.mark.parametrize("setting", ["esync.global_lr=0", "esync.state_eps_s=-1", "esync.lr=nan",
-                                     "esync.mode='eager'", "esync.max_local=-1", "ssgd.aggregation='ring'", "standalone.lr=-1",
-                                     "centralized.weight_decay=-0.1", "standalone.weight_decay=inf"])
+                                     "esync.mode='eager'", "esync.max_local=-1", "ssgd.aggregation='ring'",
+                                     "standalone.lr=-1", "centralized.weight_decay=-0.1",
+                                     "standalone.weight_decay=inf"])
 def test_bad_settings_are_refused(setting):
     algorithm = setting.split(".")[0]
     with pytest.raises(UserError):
