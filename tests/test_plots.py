@@ -201,6 +201,11 @@ def test_against_names_equal_reference_levels_once():
     ax = plots.against(pd.DataFrame(rows), "network.commit_delay_s", ["time_to_target"], {}).axes[0]
     assert sorted(t.get_text() for t in ax.texts) == ["adacomm, fixed_adacomm (not swept)", "bsp (not swept)"]
     assert len([ln for ln in ax.lines if ln.get_linestyle() == "--"]) == 3
+    # a name with its own parentheses takes the words inside them, not a second pair
+    rows = [r for r in rows if r["method"] != "bsp"] + [{**r, "method": "ADSP (searched)"} for r in rows
+                                                       if r["method"] == "bsp"]
+    ax = plots.against(pd.DataFrame(rows), "network.commit_delay_s", ["time_to_target"], {}).axes[0]
+    assert "ADSP (searched; not swept)" in [t.get_text() for t in ax.texts]
 
 
 def test_against_sets_methods_with_equal_results_side_by_side():

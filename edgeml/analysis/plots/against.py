@@ -37,7 +37,8 @@ def _split_by_other_keys(df: pd.DataFrame, x: str) -> pd.DataFrame:
 def _label_levels(ax: Axes, levels: list[tuple[float, str]], values: pd.Series, st: Styles) -> None:
     """Name each reference level "<method> (not swept)" at the panel's left edge; levels closer than 3% of the
     panel's range of values share one label ("a, b (not swept)"), so that equal levels do not print over each
-    other."""
+    other. A level's own name already ending in parentheses takes the words inside them ("ADSP (searched; not
+    swept)")."""
     finite = pd.to_numeric(values, errors="coerce").dropna()
     span = float(finite.max() - finite.min()) if len(finite) else 0.0
     groups: list[list[tuple[float, str]]] = []
@@ -48,7 +49,9 @@ def _label_levels(ax: Axes, levels: list[tuple[float, str]], values: pd.Series, 
             groups.append([(ym, method)])
     for group in groups:
         names = [m for _, m in group]
-        ax.annotate(f"{', '.join(names)} (not swept)", (0.01, group[0][0]), xycoords=("axes fraction", "data"),
+        text = ", ".join(names)
+        text = f"{text[:-1]}; not swept)" if len(names) == 1 and text.endswith(")") else f"{text} (not swept)"
+        ax.annotate(text, (0.01, group[0][0]), xycoords=("axes fraction", "data"),
                     xytext=(0, 3), textcoords="offset points", fontsize=8,
                     color=st.colour[names[0]] if len(names) == 1 else "0.25")
 
