@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from edgeml import cli
 from edgeml.analysis import plots
 from edgeml.analysis.figures import write_figures
-from edgeml.analysis.plots.style import label_spans
+from edgeml.analysis.plots.style import GRID_POINTS, label_spans
 from edgeml.rundir import load_runs
 from test_report import make_run
 
@@ -46,6 +46,21 @@ def test_convergence_axes(x, label):
                                                                   "fixed_adacomm", "adsp"]
     assert "digits, mlp" in fig._suptitle.get_text()
     assert len(data_lines(acc)) == 3 and acc.collections  # mean lines and the seed bands
+
+
+def test_curves_are_drawn_where_they_were_measured_also_near_zero_on_a_log_axis():
+    # a baseline evaluated every 10 s for 10,000 s beside a 600 s run: a log time axis, where a coarse even grid
+    # would join 0 to its first grid point by a straight segment over measurements it skipped
+    rows = [{"run": f"{m}[]", "method": m, "setting": "", "seed": seed, "time_s": float(t),
+             "accuracy": min(0.9, t / end), "loss": 1.0} for m, end in (("ssgd", 10_000), ("esync", 600))
+            for seed in (0, 1) for t in range(0, end + 1, 10)]
+    acc = plots.convergence(pd.DataFrame(rows), "time_s").axes[0]
+    assert acc.get_xscale() == "symlog"
+    long, short = sorted(data_lines(acc), key=lambda ln: -max(ln.get_xdata()))
+    x = list(long.get_xdata())
+    assert x[:4] == [0.0, 10.0, 20.0, 30.0] and x[-1] == 10_000.0  # every early point, and the end
+    assert len(x) <= GRID_POINTS and all(b > a for a, b in zip(x, x[1:]))
+    assert list(short.get_xdata()) == [float(t) for t in range(0, 601, 10)]  # few points: all of them
 
 
 def test_a_diverging_run_puts_the_loss_on_a_log_scale():

@@ -16,13 +16,17 @@ from edgeml.analysis.stats import bootstrap_band
 def _curve_on_grid(g: pd.DataFrame, x: str, y: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Mean curve of a run's seeds and its 95% bootstrap band on one x grid (one seed: its points, no band).
 
-    Seeds evaluate at different step and byte counts (and procs at jittered times); the grid ends where the
-    shortest seed ends, so the band never mixes in seeds that have stopped."""
+    Seeds evaluate at different step and byte counts (and procs at jittered times); the grid is their evaluation
+    points (so a curve is drawn where it was measured, also near 0 on a log axis), thinned geometrically to at most
+    ``GRID_POINTS``, and ends where the shortest seed ends, so the band never mixes in seeds that have stopped."""
     g = g.dropna(subset=[y])
     if g["seed"].nunique() < 2:
         g = g.sort_values(x)
         return g[x].to_numpy(float), g[y].to_numpy(float), None
-    grid = np.linspace(0, g.groupby("seed")[x].max().min(), GRID_POINTS)
+    points = np.unique(g[x].to_numpy(float))
+    grid = points[points <= g.groupby("seed")[x].max().min()]
+    if grid.size > GRID_POINTS:
+        grid = grid[np.unique(np.geomspace(1, grid.size, GRID_POINTS).round().astype(int) - 1)]
     curves = np.array([np.interp(grid, s[x].to_numpy(float), s[y].to_numpy(float))
                        for _, s in (g.sort_values(x).groupby("seed"))])
     lo, hi = bootstrap_band(curves)
@@ -44,8 +48,8 @@ def convergence(evals: pd.DataFrame, x: str = "time_s", context: str = "") -> Fi
             mine.append((xs, ys))
             if xs.size == 0:
                 continue
-            every = max(1, xs.size // 8)
-            # markers offset per method: two methods with one curve show both markers
+            every = max(1, xs.size // 8, len(st.methods))
+            # markers offset per method: two methods with one curve show both markers (even on a few points)
             ax.plot(xs, ys, color=st.colour[method], ls=st.dash[setting], lw=1.5, marker=st.marker[method],
                     ms=5, markevery=(min(xs.size - 1, m * every // max(1, len(st.methods))), every), alpha=0.9)
             if band is not None:

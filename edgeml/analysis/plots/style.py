@@ -28,7 +28,9 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 HATCHES = ("", "//", "..", "xx", "\\\\", "++")
 """Bar fills that tell apart runs of one method (one colour) in the same panel."""
 DASHES = ("-", "--", ":", "-.", (0, (6, 2, 1, 2, 1, 2)), (0, (10, 3)), (0, (1, 3)), (0, (4, 1, 4, 4)))
-GRID_POINTS = 80
+GRID_POINTS = 400
+"""At most this many points on a curve's x grid: the seeds' own evaluation points, thinned geometrically (every early
+point kept, later ones spaced out) where there are more."""
 MAX_WIDTH = 14.0     # inches; at 150 dpi a figure is at most 2100 px wide
 MAX_TICK_LABELS = 12  # per axis: more worker labels are thinned out
 
