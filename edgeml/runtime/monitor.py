@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from edgeml.rundir import RunWriter
+from edgeml.rundir import CLASS_ACCURACY, RunWriter
 from edgeml.runtime.base import Counters, NodeInfo, TagCounters
 from edgeml.train import Evaluator, Job
 
@@ -58,6 +58,11 @@ def _nan_worst(x: float) -> float:
     return math.inf if math.isnan(x) else x
 
 
+def _worst_accuracy(values) -> float:
+    """The lowest of accuracies, NaN (a diverged model) counting as the worst."""
+    return min(values, key=lambda a: -_nan_worst(-a))
+
+
 class Monitor:
     """Evaluates the exposed global model at fixed clock intervals and applies the stopping rules.
 
@@ -94,15 +99,14 @@ class Monitor:
                 scored.append((c, self.evaluator(p.detach().float().cpu(), c if per_class else None)))
             losses, accs = [x for _, (x, _) in scored], [a for _, (_, a) in scored]
             loss, acc = (statistics.fmean(losses), statistics.fmean(accs)) if how == "mean" else \
-                (max(losses, key=_nan_worst), min(accs, key=lambda a: -_nan_worst(-a)))
+                (max(losses, key=_nan_worst), _worst_accuracy(accs))
             if per_class:  # each class as the accuracy column reads the models: their mean, or the worst
                 columns = list(zip(*(c for c, _ in scored)))
-                classes = [statistics.fmean(v) if how == "mean" else min(v, key=lambda a: -_nan_worst(-a))
-                           for v in columns]
+                classes = [statistics.fmean(v) if how == "mean" else _worst_accuracy(v) for v in columns]
         row = {"time_s": round(t, 6), "total_steps": totals.steps, "total_samples": totals.samples,
                "total_bytes": totals.bytes, "total_byte_hops": totals.byte_hops, "ps_ingress_bytes": totals.ps_ingress,
                "loss": loss, "accuracy": acc, "messages_lost": totals.messages_lost,
-               **{f"accuracy_c{k}": a for k, a in enumerate(classes)}, **totals.counts}
+               **{f"{CLASS_ACCURACY}{k}": a for k, a in enumerate(classes)}, **totals.counts}
         self.rows.append(row)
         if self.writer:
             self.writer.append_eval(row)
