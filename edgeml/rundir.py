@@ -89,6 +89,9 @@ EVAL_COLUMNS = ("time_s", "total_steps", "total_samples", "total_bytes", "total_
 """``evals.csv``'s own columns (the algorithm's counters follow them), which no counter may shadow."""
 CLASS_ACCURACY = "accuracy_c"
 """The prefix of ``evals.csv``'s per-class accuracy columns (``eval.per_class``: ``accuracy_c0``, ...)."""
+AVERAGE_COLUMNS = ("average_loss", "average_accuracy")
+"""``evals.csv``'s columns of the nodes' average model where ``loss`` and ``accuracy`` describe their own models
+(``eval.models`` = ``mean`` or ``worst``, several nodes): decentralized training reports both."""
 NODE_COLUMNS = ["rank", "role", "index", "compute_s", "comm_s", "wait_s", "alive_s", "steps", "samples",
                 "messages_sent", "bytes_sent", "messages_lost", "messages_recv", "bytes_recv", "byte_hops", "crashed",
                 "crash_time_s"]
@@ -98,7 +101,8 @@ TAG_COLUMNS = ["rank", "role", "tag", "messages_sent", "bytes_sent", "messages_l
 
 def eval_column(name: str) -> bool:
     """Whether an ``evals.csv`` column is the monitor's own (not an algorithm's counter)."""
-    return name in EVAL_COLUMNS or (name.startswith(CLASS_ACCURACY) and name[len(CLASS_ACCURACY):].isdigit())
+    return name in EVAL_COLUMNS or name in AVERAGE_COLUMNS or \
+        (name.startswith(CLASS_ACCURACY) and name[len(CLASS_ACCURACY):].isdigit())
 
 
 # What the reader needs of a run (a run written by an older edgeml that lacks one is refused with a fix).

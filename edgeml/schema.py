@@ -142,7 +142,8 @@ class DataSection:
     """Registered data set name (``edgeml list datasets``)."""
     root: str = ""
     """Existing directory holding the data set's original files, the only place searched when set (ignored by
-    the bundled ``digits`` and ``breast-cancer``); empty searches $EDGEML_DATA, ~/.cache/edgeml, system packages."""
+    the bundled ``digits``, ``breast-cancer`` and ``credit-synthetic``); empty searches $EDGEML_DATA,
+    ~/.cache/edgeml, system packages."""
     download: bool = False
     """Fetch through torchvision when the files are absent (never done implicitly)."""
     partition: Literal["iid", "shards", "dirichlet", "sorted"] = "iid"
@@ -228,15 +229,21 @@ class NetworkSection:
     link_mbps: float = ranged(0.0, ge=0, zero="unlimited")
     """Rate of every link of a topology other than ``star``, each way, in Mb/s (0: unlimited)."""
     failed_links: float = ranged(0.0, ge=0, le=1, zero="no failed links")
-    """Fraction of links that fail (seeded; SNAP Fig. 9: 0.01 and 0.05). A message between neighbours whose link
-    is down is lost; others detour. Failures never cut the network unless ``failed_may_disconnect``."""
+    """Fraction of links that fail (seeded; SNAP Fig. 9: 0.01 and 0.05), as ``failures`` says."""
+    failures: Literal["permanent", "transient"] = "permanent"
+    """``permanent``: ``failed_links`` of the links go down, both ways, from ``failed_from_s`` for
+    ``failed_for_s``; a message between neighbours whose link is down is lost, others detour, and failures never
+    cut the network unless ``failed_may_disconnect``. ``transient``: every message sent to a neighbour (not
+    routed: no ``detour``) misses with probability ``failed_links`` while failures last, one direction at a time
+    (a link "temporarily unavailable due to failure or congestion", snap.txt Sec. V); its sender learns of it,
+    as a failed connection tells it, and its receiver keeps what it last got."""
     failed_from_s: float = ranged(0.0, ge=0)
-    """When the failed links go down (seconds on the run's clock)."""
+    """When failures start (seconds on the run's clock)."""
     failed_for_s: float = ranged(0.0, ge=0, zero="until the run ends")
-    """How long they stay down; 0: until the run ends."""
+    """How long they last; 0: until the run ends."""
     failed_may_disconnect: bool = False
-    """Let failures cut nodes off (their messages are lost); otherwise only links whose loss keeps the network
-    connected fail."""
+    """Permanent failures: let them cut nodes off (their messages are lost); otherwise only links whose loss keeps
+    the network connected fail."""
     jitter_s: float = ranged(0.0, ge=0, zero="no jitter")
     """Each message's flight gains a random delay, uniform in [0, jitter_s] (seeded per sender)."""
 
@@ -270,7 +277,8 @@ class EvalSection:
     """Which model the loss and accuracy columns describe when several nodes expose one: ``average``, the
     average of their parameters (the global model); ``mean``, the mean loss and accuracy of each node's own
     model; ``worst``, the highest loss and the lowest accuracy among them (decentralized training has
-    converged when every node's model has: snap.txt Sec. III)."""
+    converged when every node's model has: snap.txt Sec. III). With ``mean`` and ``worst`` the average model's
+    are recorded too (``evals.csv`` columns ``average_loss`` and ``average_accuracy``)."""
     per_class: bool = False
     """Also record each class's accuracy on the test samples (``evals.csv`` columns ``accuracy_c0``,
     ``accuracy_c1``, ...; of the model the ``accuracy`` column describes): where non-i.i.d. data hurt."""
@@ -302,6 +310,7 @@ FORMER_DEFAULTS: dict[str, object] = {
     "adsp.reward_clock": "trial",
     "adacomm.reward_clock": "trial",
     "fixed_adacomm.reward_clock": "trial",
+    "snap.stages": "continue",
 }
 """What a run made before a setting existed did, for the settings added with a default that changed what edgeml
 does (``section.key``: value). A run directory whose config lacks such a key is read as having this value (it

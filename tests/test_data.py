@@ -192,6 +192,21 @@ def test_breast_cancer() -> None:
     assert torch.equal(ds.x_test, load_dataset("breast-cancer").x_test)
 
 
+def test_credit_synthetic_has_the_credit_card_sets_shape_and_is_fixed() -> None:
+    ds = load_dataset("credit-synthetic")
+    assert ds.x_train.shape == (24_000, 24) and ds.x_test.shape == (6_000, 24) and ds.num_classes == 2
+    positive = ds.y_train.float().mean().item()
+    assert 0.2 < positive < 0.3  # the credit set's share of defaults, with 10% of labels flipped
+    assert ds.x_train.mean(0).abs().max().item() < 1e-4
+    again = load_dataset("credit-synthetic")
+    assert torch.equal(ds.x_train, again.x_train) and torch.equal(ds.y_test, again.y_test)
+    # a linear model does better than the majority class, as on the real set (about 0.82 against 0.75)
+    from sklearn.linear_model import LogisticRegression
+    fit = LogisticRegression(max_iter=500).fit(ds.x_train.numpy(), ds.y_train.numpy())
+    majority = max(positive, 1 - positive)
+    assert fit.score(ds.x_test.numpy(), ds.y_test.numpy()) > majority + 0.04
+
+
 def test_unknown_dataset_lists_names() -> None:
     with pytest.raises(UserError) as err:
         load_dataset("imagenet")

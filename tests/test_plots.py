@@ -321,6 +321,9 @@ SERIES = {
     "rounds": pd.DataFrame({"time_s": [0.06, 0.06, 0.12, 0.12], "rank": [2, 3, 2, 3], "role": "worker",
                             "round": [1, 1, 2, 2], "iterations": [5, 1, 6, 1], "wait_s": [0.01, 0.0, 0.0, 0.0],
                             "capability": [0.01, 0.06, 0.01, 0.06]}),
+    "exchange": pd.DataFrame({"time_s": [0.5, 0.5, 1.5, 1.5], "rank": [1, 2, 1, 2], "role": "worker",
+                              "iteration": [0, 0, 1, 1], "sent": [40, 20, 0, 5], "values": [50, 50, 50, 50],
+                              "threshold": [0.1, 0.1, 0.09, 0.09]}),
 }
 
 
@@ -331,7 +334,7 @@ def test_plot_command_writes_every_figure(tmp_path):
     result = CliRunner().invoke(cli.app, ["plot", str(tmp_path / "runs"), "--out", str(tmp_path / "fig")])
     assert result.exit_code == 0, result.output
     names = ["convergence_time", "convergence_steps", "convergence_bytes", "bars", "time_breakdown", "throughput",
-             "staleness", "decisions", "commits", "trials", "rounds"]
+             "staleness", "decisions", "commits", "trials", "rounds", "exchange"]
     for name in names:
         for ext in ("png", "pdf"):
             path = tmp_path / "fig" / f"{name}.{ext}"
@@ -356,6 +359,18 @@ def test_rounds_figure_with_seeds_of_equal_means():
     fig = plots.rounds(pd.concat([base.assign(seed=s) for s in range(3)], ignore_index=True))
     assert sorted(round(p.get_height(), 6) for p in fig.axes[0].patches) == [0.37, 0.37]
     assert (label_spans([0.36999999999999994], [0.37], [0.37]) >= 0).all()
+
+
+def test_the_exchange_figure_draws_the_fraction_of_values_sent_summed_over_servers():
+    df = SERIES["exchange"].assign(run="snap", method="SNAP", setting="")
+    df = pd.concat([df.assign(seed=0), df.assign(seed=1, sent=df["sent"] * 0 + 10)], ignore_index=True)
+    fig = plots.exchange(df)
+    (line,) = fig.axes[0].get_lines()
+    # seed 0: 60/100 then 5/100; seed 1: 20/100 at both; the mean over seeds per iteration
+    assert line.get_xdata().tolist() == [0, 1] and line.get_ydata().tolist() == pytest.approx([0.4, 0.125])
+    (threshold,) = fig.axes[1].get_lines()
+    assert threshold.get_ydata().tolist() == pytest.approx([0.1, 0.09])
+    assert fig.axes[0].get_yscale() == "log"
 
 
 def test_series_figures_come_from_the_registry(tmp_path, monkeypatch):

@@ -311,6 +311,11 @@ def test_eval_models_average_mean_and_worst_describe_the_nodes_models(tmp_path):
     assert (rows["worst"]["accuracy"] <= rows["mean"]["accuracy"]).all()
     assert (rows["worst"]["loss"] > rows["mean"]["loss"]).any()  # the nodes' models differ
     assert (rows["average"]["loss"] != rows["mean"]["loss"]).any()
+    # beside the nodes' own models, the mean and worst runs record the average model's: the average run's columns
+    assert "average_loss" not in rows["average"]
+    for how in ("mean", "worst"):
+        assert rows[how]["average_loss"].tolist() == rows["average"]["loss"].tolist()
+        assert rows[how]["average_accuracy"].tolist() == rows["average"]["accuracy"].tolist()
     # one exposing node: all three are its model
     one = [*args[1:2], "cluster.workers=1", *args[3:5], *args[6:]]
     alone = [pd.read_csv(run(load_config(overrides=[*one, "run.algorithm='standalone'", f"run.name='1{how}'",

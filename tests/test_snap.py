@@ -165,6 +165,29 @@ def test_per_peer_updates_are_the_matrix_iteration():
         assert np.allclose(x, want, rtol=0, atol=1e-12)
 
 
+def test_restarting_extra_everywhere_keeps_its_optimum_and_restarting_one_peer_moves_it():
+    """Why SNAP's APE stages end together (``stages = "restart"``): EXTRA restarted at every peer from where it
+    is still converges to the centralized optimum; a restart at one peer alone drops its share of the
+    accumulated correction and the peers settle elsewhere."""
+    n, dim = 6, 4
+    grad, x_star = least_squares(n, dim)
+    W = initial_weights(adjacency(nx.cycle_graph(n)))
+
+    def run(restart_rows):
+        x, prev = np.zeros((n, dim)), None
+        for k in range(4000):
+            D = W @ x - x
+            g = grad(x)
+            step = peer_step(x, D, g, 0.01, prev)
+            if prev is not None and k % 50 == 0 and k <= 500:  # a restart: these rows take EXTRA's first step
+                step[restart_rows] = peer_step(x, D, g, 0.01)[restart_rows]
+            x, prev = step, (x, D, g)
+        return x
+
+    assert np.abs(run(list(range(n))) - x_star).max() < 1e-6
+    assert np.abs(run([0]) - x_star).max() > 1e-3
+
+
 def test_the_auto_round_is_twice_the_slowest_step_and_frames_asked_of_the_node():
     """``round_s = 0``: 2 x max over peers (a full-shard step + full frames to every neighbour) + 10 ms, each cost as
     the node models it at time 0 (step and message times, shard sizes, every neighbour of every peer)."""
@@ -207,13 +230,13 @@ def test_send_bound_gives_the_papers_numbers():
 
 
 def test_ape_threshold_holds_then_shrinks_until_the_floor():
-    s = APESchedule(threshold=1.0, floor=0.5, hold=10, shrink=0.9, growth=1.01)
+    s = APESchedule(threshold=1.0, floor=0.5, hold=10, shrink=0.9, growth=1.01, rule="ape")
     for _ in range(9):  # changes left unsent exactly at the bound: Eq. (27)'s bound reaches T after I = 10
         s.record(s.bound())
         assert s.threshold == 1.0 and s.stages == 0
     s.record(s.bound())
     assert s.threshold == pytest.approx(0.9) and s.ape == 0 and s.stages == 1
-    quiet = APESchedule(threshold=1.0, floor=0.5)
+    quiet = APESchedule(threshold=1.0, floor=0.5, rule="ape")
     for _ in range(100):
         quiet.record(0.0)  # nothing left unsent: the threshold holds
     assert quiet.threshold == 1.0
@@ -221,6 +244,15 @@ def test_ape_threshold_holds_then_shrinks_until_the_floor():
         s.record(s.bound())
     assert 0.5 * 0.9 <= s.threshold < 0.5  # shrinks once below... never again
     assert s.stages == 7  # 0.9^7 = 0.478 is the first value below 0.5
+
+
+def test_fixed_stages_last_hold_iterations_whatever_is_left_unsent_until_the_floor():
+    s = APESchedule(threshold=1.0, floor=0.5, hold=10, shrink=0.9, growth=1.01, rule="fixed")
+    ends = [s.record(0.0) for _ in range(100)]  # nothing left unsent: the "ape" rule would never end a stage
+    assert [i for i, e in enumerate(ends) if e] == [9, 19, 29, 39, 49, 59, 69]  # 0.9^7 = 0.478 < 0.5: no more
+    assert s.stages == 7 and s.threshold == pytest.approx(0.9 ** 7)
+    zero = APESchedule(threshold=0.0, floor=0.0, rule="fixed")  # SNAP-0: no threshold, no stages
+    assert not any(zero.record(0.0) for _ in range(50)) and zero.stages == 0
 
 
 def test_threshold_zero_sends_every_changed_parameter():
@@ -289,6 +321,48 @@ def test_snap_with_threshold_zero_is_snap0_and_sno_makes_the_same_iterates(tmp_p
     assert (c.total_bytes >= a.total_bytes).all()  # SNO sends unchanged parameters too
     default = pd.read_csv(sim_run(tmp_path, "snap", name="snap-default") / "evals.csv")
     assert default.total_bytes.iloc[-1] < a.total_bytes.iloc[-1]  # the threshold holds changes back
+
+
+CONVERGED = ["stop.max_time=400", "eval.interval=25"]
+"""400 iterations of a stable step on a well-conditioned objective (lr 0.1, weight decay 0.3): EXTRA settles."""
+
+
+@pytest.mark.slow
+def test_ape_stages_restart_extra_together_changing_the_path_not_the_optimum(tmp_path):
+    """With every change sent (a growth so large that the send bound is ~0), SNAP's restarts are the only
+    difference from SNO: every peer restarts at the end of each ``hold``-iteration stage until the threshold's
+    floor, the iterates differ meanwhile, and both settle on the same model."""
+    sno = sim_run(tmp_path, "sno", *CONVERGED, "sno.lr=0.1", "sno.weight_decay=0.3")
+    staged = ["snap.lr=0.1", "snap.weight_decay=0.3", "snap.growth=1e6", "snap.hold=5", "snap.epsilon=0.1"]
+    snap = sim_run(tmp_path, "snap", *CONVERGED, *staged, name="restart")
+    rows = pd.read_csv(snap / "series/exchange.csv")
+    ends = rows[rows.restart == 1]
+    stages = 22  # 0.9^22 = 0.098: the first threshold under 10% of T_0
+    assert len(ends) == 8 * stages and set(ends.iteration) == {5 * k + 4 for k in range(stages)}
+    assert (ends.groupby("iteration").size() == 8).all()  # at every peer alike
+    a, b = pd.read_csv(sno / "evals.csv"), pd.read_csv(snap / "evals.csv")
+    assert (a.loss.iloc[1:6] - b.loss.iloc[1:6]).abs().max() > 1e-4
+    assert b.loss.iloc[-1] == pytest.approx(a.loss.iloc[-1], rel=1e-5)
+    again = sim_run(tmp_path, "snap", *CONVERGED, *staged, "snap.stages='continue'", name="continue")
+    assert pd.read_csv(again / "series/exchange.csv").restart.sum() == 0  # no restart: SNO's iterates
+    assert np.allclose(pd.read_csv(again / "evals.csv").loss, a.loss, rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_transient_link_failures_slow_the_consensus_but_keep_extras_optimum(tmp_path):
+    """One-way misses that the sender learns of: the receiver keeps its old values, the sender sends the
+    changes again, the peers' average is untouched, so SNAP-0 settles where it settles without failures."""
+    common = [*CONVERGED, "snap0.lr=0.1", "snap0.weight_decay=0.3"]
+    clean = sim_run(tmp_path, "snap0", *common, name="clean")
+    missed = ["network.failures='transient'", "network.failed_links=0.2"]
+    lossy = sim_run(tmp_path, "snap0", *common, *missed, name="lossy")
+    summary = json.loads((lossy / "summary.json").read_text())
+    frames = pd.read_csv(lossy / "series/exchange.csv").messages.sum()
+    assert 0.15 < summary["messages_lost"] / frames < 0.25
+    a, b = pd.read_csv(clean / "evals.csv"), pd.read_csv(lossy / "evals.csv")
+    assert (a.loss.iloc[1:6] - b.loss.iloc[1:6]).abs().max() > 1e-4
+    assert b.loss.iloc[-1] == pytest.approx(a.loss.iloc[-1], rel=1e-5)
+    assert pd.read_csv(sim_run(tmp_path, "snap0", *common, *missed, name="again") / "evals.csv").equals(b)
 
 
 def test_frames_are_as_long_as_their_formulas(tmp_path):

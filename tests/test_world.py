@@ -122,6 +122,27 @@ def test_failures_are_seeded_and_drop_messages_between_neighbours():
     assert len(lost) >= 1 and len(env.topology.failed(0.0)) == 2
 
 
+def test_transient_failures_miss_messages_to_neighbours_one_at_a_time_from_the_senders_stream():
+    common = ["cluster.workers=29", "network.topology='random'", "network.degree=3", "network.failed_links=0.05",
+              "network.failures='transient'", "network.failed_from_s=5", "network.failed_for_s=10"]
+    env, _ = env_of(*common)
+    assert env.topology.failed(6.0) == frozenset()  # no link is down: messages miss one by one
+    u, v = env.topology.edges()[0]
+    stream, again = env.rng(u, "miss"), env.rng(u, "miss")
+    fates = [env.message(u, v, 100, 6.0, miss=stream) is None for _ in range(20_000)]
+    assert fates[:200] == [env.message(u, v, 100, 6.0, miss=again) is None for _ in range(200)]
+    assert statistics.fmean(fates) == pytest.approx(0.05, abs=0.006)
+    back = env.rng(v, "miss")  # the other direction misses on its own draws
+    assert [env.message(v, u, 100, 6.0, miss=back) is None for _ in range(200)] != fates[:200]
+    quiet = env.rng(u, "miss")  # outside [failed_from_s, + failed_for_s), and for routed traffic: no miss
+    assert all(env.message(u, v, 100, t, miss=quiet) is not None for t in (0.0, 4.9, 15.0) for _ in range(300))
+    assert all(env.message(u, v, 100, 6.0, detour=True, miss=quiet) is not None for _ in range(300))
+    assert quiet.random() == env.rng(u, "miss").random()  # and nothing was drawn for them
+    with pytest.raises(ValueError, match="miss"):
+        env.message(u, v, 100, 6.0)
+    assert env_of(*common[:-3], "network.failures='permanent'")[0].topology.failed(0.0)  # the other model
+
+
 def test_graph_topologies_and_neighbours():
     env, _ = env_of()
     assert env.neighbours(W1) == [PS, W0, W2, W3]  # the star's switch links everyone
@@ -270,6 +291,8 @@ def test_bad_environment_settings_are_refused_in_one_line(override, key):
     (["network.topology='edges'", "network.edges=[[0, 1]]"], "network.edges"),  # nodes cut off
     (["network.topology='edges'", "network.edges=[['worker', 1]]"], "network.edges"),
     (["network.topology='random'", "network.degree=4.5"], "network.degree"),  # 5 nodes: at most 4
+    (["network.failures='transient'", "network.failed_may_disconnect=true"], "network.failed_may_disconnect"),
+    (["network.failures='sometimes'"], "network.failures"),
 ])
 def test_bad_topologies_are_refused_in_one_line(overrides, key):
     with pytest.raises(UserError) as exc:

@@ -67,7 +67,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
-from edgeml.rundir import EVAL_COLUMNS, eval_column  # evals.csv's own columns, which no counter may shadow
+from edgeml.rundir import AVERAGE_COLUMNS, EVAL_COLUMNS, eval_column  # evals.csv's own columns: no counter's
 
 T = TypeVar("T")
 
@@ -256,6 +256,11 @@ class Node:
         """Where this node's tensors live: ``cpu`` or ``cuda`` (``run.device``, per node ``cluster.devices``)."""
         self._waits = self.world.rng(rank, "wait")
         self._jitter = self.world.rng(rank, "jitter")
+        self._miss = self.world.rng(rank, "miss")
+        self.last_lost = False
+        """Whether the last message this node sent was lost (a failed link, no path left, a transient miss or a
+        dead destination): the sender knows, as a failed connection tells it (SNAP keeps a neighbour's view of
+        its values by it)."""
         self._arrivals: dict[int, float] = {}
         """Destination -> arrival time of the last message sent to it (messages between a pair stay in order)."""
         self._gen = None
@@ -377,7 +382,7 @@ class Node:
         nodes into a column of ``evals.csv``, so count a global quantity at one node."""
         if not COUNTER_NAME.fullmatch(name) or eval_column(name):
             raise ValueError(f"counter name {name!r}: use lower-case letters, digits and _, not one of "
-                             f"{', '.join(EVAL_COLUMNS)} or accuracy_c<k>")
+                             f"{', '.join(EVAL_COLUMNS + AVERAGE_COLUMNS)} or accuracy_c<k>")
         counts = self.counters.counts
         counts[name] = counts.get(name, 0) + n
 
@@ -471,7 +476,7 @@ class Node:
         p = self.world.crash_prob
         fails = failure_point and p > 0 and self.is_worker and self._crash_rng.random() < p
         t = self.now()
-        route = self.world.message(self.rank, dst, nbytes, t, self._jitter, detour)
+        route = self.world.message(self.rank, dst, nbytes, t, self._jitter, detour, self._miss)
         delivered, byte_hops = False, 0
         if route is not None:  # None: a failed link or no path left, the message is lost on the way
             start = max(t, self.up_busy)  # the uplink sends one message at a time, lost or not
@@ -488,6 +493,7 @@ class Node:
         c.byte_hops += byte_hops
         if not delivered:
             c.messages_lost += 1
+        self.last_lost = not delivered
         self._tag(tag).add(1, nbytes, lost=not delivered, byte_hops=byte_hops)
         c.comm_s += self.now() - t  # handing the message over (zero on the virtual clock)
         if fails:

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from edgeml.rundir import CLASS_ACCURACY, RunWriter
+from edgeml.rundir import AVERAGE_COLUMNS, CLASS_ACCURACY, RunWriter
 from edgeml.runtime.base import Counters, NodeInfo, TagCounters
 from edgeml.train import Evaluator, Job
 
@@ -85,14 +85,21 @@ class Monitor:
     def evaluate(self, t: float, params: list[torch.Tensor], totals: Totals) -> dict[str, Any]:
         how, per_class = self.job.cfg.eval.models, self.job.cfg.eval.per_class
         classes: list[float] = [math.nan] * self.job.dataset.num_classes if per_class else []
+        # the average model beside the nodes' own, whenever the columns describe the nodes' own models
+        average: dict[str, float] = {} if how == "average" else dict.fromkeys(AVERAGE_COLUMNS, math.nan)
+
+        def averaged():  # in float64: nodes that hold the same model (after an all-reduce) evaluate it exactly
+            return params[0].detach().float().cpu().clone() if len(params) == 1 else \
+                torch.stack([p.detach().cpu().double() for p in params]).mean(0).float()
+
         if not params:
             loss, acc = math.nan, math.nan
         elif how == "average" or len(params) == 1:
-            # averaged in float64: nodes that hold the same model (after an all-reduce) evaluate it exactly
-            mean = params[0].detach().float().cpu().clone() if len(params) == 1 else \
-                torch.stack([p.detach().cpu().double() for p in params]).mean(0).float()
-            loss, acc = self.evaluator(mean, classes if per_class else None)
+            loss, acc = self.evaluator(averaged(), classes if per_class else None)
+            if average:
+                average = dict(zip(AVERAGE_COLUMNS, (loss, acc)))
         else:
+            average = dict(zip(AVERAGE_COLUMNS, self.evaluator(averaged(), None)))
             scored = []
             for p in params:
                 c: list[float] = []
@@ -105,7 +112,7 @@ class Monitor:
                 classes = [statistics.fmean(v) if how == "mean" else _worst_accuracy(v) for v in columns]
         row = {"time_s": round(t, 6), "total_steps": totals.steps, "total_samples": totals.samples,
                "total_bytes": totals.bytes, "total_byte_hops": totals.byte_hops, "ps_ingress_bytes": totals.ps_ingress,
-               "loss": loss, "accuracy": acc, "messages_lost": totals.messages_lost,
+               "loss": loss, "accuracy": acc, "messages_lost": totals.messages_lost, **average,
                **{f"{CLASS_ACCURACY}{k}": a for k, a in enumerate(classes)}, **totals.counts}
         self.rows.append(row)
         if self.writer:

@@ -20,7 +20,7 @@ from typing import Any
 from edgeml.errors import UserError
 import edgeml.world.topology as topology
 from edgeml.world.load import RESOURCES, Workload
-from edgeml.world.model import Slowdown, World
+from edgeml.world.model import Misses, Slowdown, World
 from edgeml.world.profiles import speeds
 from edgeml.world.topology import Link
 
@@ -246,7 +246,10 @@ def network(cfg, roles: Mapping[str, list[int]]) -> topology.Topology:
         graph = topology.star(ranks, {workers[i]: link for i, link in links.items() if i < len(workers)})
     else:
         graph = _generated(cfg, roles, ranks, workers)
-    if net.failed_links > 0:
+    if net.failures == "transient" and net.failed_may_disconnect:
+        raise UserError("network.failed_may_disconnect applies to permanent failures: transient ones never cut a "
+                        "link for more than a message; drop it or set network.failures = 'permanent'")
+    if net.failed_links > 0 and net.failures == "permanent":
         end = net.failed_from_s + net.failed_for_s if net.failed_for_s > 0 else math.inf
         try:
             outage = topology.random_outage(graph, net.failed_links, start=net.failed_from_s, end=end,
@@ -313,7 +316,16 @@ def build(cfg, roles: Mapping[str, list[int]], *, base_step_s: float | None = No
                  base_step_s=base_step_s if base_step_s is not None else (cfg.cluster.base_step_s or 0.01),
                  jitter_s=cfg.network.jitter_s, wait_s=cfg.cluster.random_wait_s, wait_dist=cfg.cluster.random_wait,
                  cores=cfg.load.cores, threads=cfg.run.threads, seed=cfg.run.seed, crash_times=crash_times,
-                 crash_prob=cfg.cluster.crash_prob)
+                 crash_prob=cfg.cluster.crash_prob, misses=misses(cfg))
+
+
+def misses(cfg) -> Misses | None:
+    """Transient link failures (``network.failures = "transient"``), or None."""
+    net = cfg.network
+    if net.failures != "transient" or net.failed_links <= 0:
+        return None
+    end = net.failed_from_s + net.failed_for_s if net.failed_for_s > 0 else math.inf
+    return Misses(net.failed_links, net.failed_from_s, end)
 
 
 def node_name(roles: Mapping[str, list[int]], rank: int) -> str:

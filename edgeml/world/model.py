@@ -15,7 +15,9 @@ Network. A ``topology.Topology`` over all ranks. The default star of access link
 ``up_mbps``, ``down_mbps``, ``links`` per worker; other roles ideal) gives each message latency(a) +
 latency(b) + bytes / min(up(a), down(b)) + the sender's commit delay; ``complete``, ``ring``, ``random``
 and ``edges`` graphs give every link ``link_latency_s`` and ``link_mbps``. ``network.failed_links`` takes a
-seeded fraction of links down (``topology.random_outage``).
+seeded fraction of links down (``topology.random_outage``) with ``failures = "permanent"``; with ``"transient"``
+each message sent to a neighbour misses with that probability instead (``Misses``), drawn from the sender's
+seeded stream, and the sender learns of it.
 Each message's flight gains a seeded jitter drawn uniformly from [0, ``jitter_s``].
 
 Random waits (adacomp.txt Sec. IV-A: "a random waiting time, for each worker, between the effective
@@ -63,6 +65,16 @@ class Delivery(NamedTuple):
 
 
 @dataclass(frozen=True)
+class Misses:
+    """Transient link failures: during [start, end) each message sent to a neighbour (not routed) misses with
+    probability ``p``."""
+
+    p: float
+    start: float = 0.0
+    end: float = float("inf")
+
+
+@dataclass(frozen=True)
 class Slowdown:
     """Node ``rank``'s steps take ``factor`` times longer during [start, end)."""
 
@@ -98,6 +110,8 @@ class World:
     """Rank -> its scheduled fail-stop time (``cluster.crashes``), known to every node in advance."""
     crash_prob: float = 0.0
     """Probability that a worker fails right after each push (``cluster.crash_prob``)."""
+    misses: Misses | None = None
+    """Transient link failures (``network.failures = "transient"``), or None."""
     _work: dict[int, list[Workload]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -150,13 +164,22 @@ class World:
 
     # ---------------------------------------------------------------- network
     def message(self, src: int, dst: int, nbytes: int, t: float,
-                jitter: random.Random | None = None, detour: bool = False) -> Delivery | None:
+                jitter: random.Random | None = None, detour: bool = False,
+                miss: random.Random | None = None) -> Delivery | None:
         """The cost of an ``nbytes`` message sent at ``t``, or ``None`` when it is lost (a failed link between
-        neighbours, unless ``detour``, or no path left). ``jitter``: the sender's jitter stream, needed when
-        ``jitter_s`` > 0."""
+        neighbours, unless ``detour``, or no path left; with transient failures, a miss drawn from ``miss``, the
+        sender's stream ``rng(src, "miss")``, for a message sent without ``detour``). ``jitter``: the sender's
+        jitter stream, needed when ``jitter_s`` > 0."""
         route = self.topology.route(src, dst, t, detour)
         if route is None:
             return None
+        m = self.misses
+        if m is not None and not detour and m.start <= t < m.end:
+            if miss is None:
+                raise ValueError("network.failures is transient: pass the sender's miss stream "
+                                 "(World.rng(rank, 'miss'))")
+            if miss.random() < m.p:
+                return None
         if self.workloads:
             route = self._shared(route, t)
         tx, flight = route.delay(nbytes)

@@ -32,16 +32,23 @@ def send_bound(threshold: float, hold: int, growth: float) -> float:
 
 @dataclass
 class APESchedule:
-    """A peer's APE threshold (Sec. IV-C, Algorithm 1, Sec. V): stages of at least ``hold`` iterations; the bound
-    of Eq. (27) on the accumulated error, a_{k+1} = c (a_k + e_k) with e_k the largest change left unsent and
-    c = ``growth`` = 1 + alpha G, restarts with each stage; once it reaches the threshold T (and the stage has
-    lasted ``hold`` iterations), T shrinks by ``shrink``, until it is below ``floor``."""
+    """A peer's APE threshold (Sec. IV-C, Algorithm 1, Sec. V) in stages; the bound of Eq. (27) on the
+    accumulated error, a_{k+1} = c (a_k + e_k) with e_k the largest change left unsent and c = ``growth`` =
+    1 + alpha G, restarts with each stage. At a stage's end T shrinks by ``shrink``; stages end until T is below
+    ``floor`` (none with T = 0: SNAP-0).
+
+    When a stage ends is ``rule``'s: ``"fixed"``, after ``hold`` iterations, at every peer alike (Sec. IV-C's
+    example: "in the first 10 iterations ... the APE threshold 3 ... After that, we restart the iteration ...
+    and reduce the APE threshold to be 1"), so that peers can restart EXTRA together; ``"ape"``, once the bound
+    reaches T and the stage has lasted ``hold`` iterations (Algorithm 1's "till APE exceeds T_k", at each peer by
+    itself)."""
 
     threshold: float
     floor: float
     hold: int = 10
     shrink: float = 0.9
     growth: float = 1.01
+    rule: str = "fixed"
     ape: float = 0.0
     stage_iterations: int = 0
     stages: int = 0
@@ -50,15 +57,18 @@ class APESchedule:
         """Changes up to this are not sent in this iteration."""
         return send_bound(self.threshold, self.hold, self.growth)
 
-    def record(self, unsent: float) -> None:
-        """One iteration done whose largest unsent change was ``unsent``."""
+    def record(self, unsent: float) -> bool:
+        """One iteration done whose largest unsent change was ``unsent``; whether it ended a stage."""
         self.ape = self.growth * (self.ape + unsent)
         self.stage_iterations += 1
-        if self.ape >= self.threshold and self.stage_iterations >= self.hold and self.threshold >= self.floor:
+        staged = 0 < self.threshold and self.floor <= self.threshold and self.stage_iterations >= self.hold
+        if staged and (self.rule == "fixed" or self.ape >= self.threshold):
             self.threshold *= self.shrink
             self.ape = 0.0
             self.stage_iterations = 0
             self.stages += 1
+            return True
+        return False
 
 
 def changed(x: torch.Tensor, held: torch.Tensor, bound: float) -> torch.Tensor:

@@ -29,11 +29,27 @@ step well inside both bounds a W can only help through mixing).
 computes its update, sends its frames, then collects what arrives until the next tick; a neighbour whose message
 has not arrived (a straggler, a congested link) counts with its latest values. A peer that overruns a round starts
 its next one at once, at the last tick that has passed (the ticks it missed are skipped). A link that is down at a
-round's tick (``network.failed_links``) is out of that round at both ends (its d_j is 0, nothing is sent on it):
-both ends see the same link state, so the average still holds; when the link is back, the next frame carries
-every change since the last one that got through. Frames (Fig. 3): ``wire.snap_frame``, the smaller of the two
-structures, with ``value_bytes`` per value (8, the paper's doubles); a peer keeps, per neighbour, the values that
-neighbour holds of it.
+round's tick (``network.failed_links``, ``failures = "permanent"``) is out of that round at both ends (its d_j
+is 0, nothing is sent on it): both ends see the same link state, so the average still holds; when the link is
+back, the next frame carries every change since the last one that got through. With ``failures = "transient"``
+(the paper's "temporarily unavailable due to failure or congestion", Sec. V, Fig. 9) a frame misses its round
+one way only: the receiver "ignores the parameter updates that have not been received" and keeps the values it
+last got (Sec. IV-D), and the sender, which learns of the miss (``Node.last_lost``), keeps counting the old
+values as held, so its next frame carries the changes again: both ends of the link still count the same values,
+the disagreement stays antisymmetric and the peers' average and EXTRA's fixed point are unchanged; only the
+consensus lags.
+
+**APE stages** (Sec. IV-C). With ``stages = "restart"`` (the default) every stage lasts ``hold`` iterations at
+every peer, as in the paper's example ("in the first 10 iterations ... APE threshold 3 ... After that, we restart
+the iteration from the solution derived by the first 10 iterations, and reduce the APE threshold"), and at each
+stage's end every peer restarts EXTRA from its current parameters (its next step is the first one, x^1 = x^0 +
+D^0 - alpha g^0), until the threshold reaches its floor. The stages end together on the common clock: EXTRA's
+fixed point is optimal from any start, but a peer restarting alone drops its share of the accumulated correction
+and moves the fixed point. ``stages = "continue"``: each peer ends a stage by itself once the bound of Eq. (27)
+reaches T (Algorithm 1's "till APE exceeds T_k") and EXTRA runs on without a restart.
+
+Frames (Fig. 3): ``wire.snap_frame``, the smaller of the two structures, with ``value_bytes`` per value (8, the
+paper's doubles); a peer keeps, per neighbour, the values that neighbour holds of it.
 
 - ``snap``: the above. ``snap0``: threshold 0, every changed parameter is sent (SNAP-0; with ``snap.threshold = 0``
   SNAP is SNAP-0 exactly, tested). ``sno``: every parameter every round (Select Neighbour Only: SNAP-0's iterates,
@@ -49,8 +65,9 @@ neighbour holds of it.
 
 Iterations: the ``iterations`` counter (evals.csv) counts rounds of peer 0 (SNAP family) or models made by
 the host (PS schemes). Series ``exchange`` (SNAP family, one row per peer and round): ``iteration``,
-``sent`` (parameters sent, over its frames), ``messages``, ``bytes``, ``threshold`` and ``ape`` (the bound
-of Eq. 27 in the current stage).
+``sent`` (parameter values sent, over its frames), ``values`` (the values its frames could have carried: the
+parameters times ``messages``), ``messages``, ``bytes``, ``threshold``, ``ape`` (the bound of Eq. 27 in the
+current stage) and ``restart`` (1 where a stage ended and EXTRA restarts at the next iteration).
 """
 
 from __future__ import annotations
@@ -148,6 +165,10 @@ class SNAPConfig(ExchangeConfig):
     growth: float = ranged(1.01, ge=1)
     """1 + alpha G of Eqs. (25)-(27): the growth per iteration of an unsent change's error (the paper's example,
     alpha = 1 / (100 G))."""
+    stages: Literal["restart", "continue"] = "restart"
+    """``restart``: every stage lasts ``hold`` iterations at every peer, and EXTRA restarts from the current
+    parameters at each (Sec. IV-C); ``continue``: a peer ends a stage once the bound of Eq. (27) reaches the
+    threshold, and EXTRA runs on (see the module docstring)."""
 
 
 @dataclass
@@ -229,8 +250,8 @@ def exchange_peer(node: Node, send_all: bool = False) -> None:
     views = {j: x.clone() for j in weight}  # each neighbour's values as last received: x^0 at the start
     held = {j: x.clone() for j in weight}  # this peer's values as each neighbour holds them
     threshold = 0.0 if send_all else cfg.threshold * float(x.abs().mean())
-    schedule = APESchedule(threshold, cfg.epsilon * threshold if not send_all else 0.0, cfg.hold, cfg.shrink,
-                           cfg.growth) if not send_all else None
+    schedule = APESchedule(threshold, cfg.epsilon * threshold, cfg.hold, cfg.shrink, cfg.growth,
+                           rule="fixed" if cfg.stages == "restart" else "ape") if not send_all else None
     everything = torch.ones(n, dtype=torch.bool, device=x.device)
     prev = None
     k = math.ceil(node.now() / T - 1e-9)  # the first tick after set-up
@@ -254,15 +275,21 @@ def exchange_peer(node: Node, send_all: bool = False) -> None:
         for j in live:
             mask = everything if send_all else changed(x, held[j], bound)
             nbytes += node.send(j, "params", **wire.snap_frame(x, mask, cfg.value_bytes))
-            held[j][mask] = x[mask]
+            if not node.last_lost:  # a missed frame (transient failure): j keeps, and is known to keep, the old
+                held[j][mask] = x[mask]
             sent += int(mask.sum())
             messages += 1
             if not send_all:
                 unsent = max(unsent, float((x - held[j]).abs().max()))
+        restart = False
         if schedule is not None:
-            schedule.record(unsent)
-        node.log("exchange", iteration=iteration, sent=sent, messages=messages, bytes=nbytes,
-                 threshold=schedule.threshold if schedule else 0.0, ape=schedule.ape if schedule else 0.0)
+            threshold_now = schedule.threshold
+            restart = schedule.record(unsent) and cfg.stages == "restart"
+        node.log("exchange", iteration=iteration, sent=sent, values=n * messages, messages=messages, bytes=nbytes,
+                 threshold=threshold_now if schedule else 0.0,
+                 ape=schedule.ape if schedule else 0.0, restart=int(restart))
+        if restart:
+            prev = None  # the next iteration is EXTRA's first, from the current parameters
         iteration += 1
         if me == 0:
             node.count("iterations")

@@ -21,9 +21,9 @@ from edgeml.analysis.plots.style import MAX_TICK_LABELS, MAX_WIDTH, X_AXES, X_NA
 from edgeml.analysis.plots.against import against
 from edgeml.analysis.plots.bars import bars, throughput, time_breakdown
 from edgeml.analysis.plots.curves import convergence, cost_per_iteration
-from edgeml.analysis.plots.series import (SERIES_FIGURES, SeriesFigure, commits, decisions, epochs, rounds, staleness,
-                                         staleness_hist, trials)
+from edgeml.analysis.plots.series import (SERIES_FIGURES, SeriesFigure, commits, decisions, epochs, exchange, rounds,
+                                         staleness, staleness_hist, trials)
 
 __all__ = ["MAX_TICK_LABELS", "MAX_WIDTH", "SERIES_FIGURES", "X_AXES", "X_NAMES", "SeriesFigure", "against", "bars",
-           "commits", "convergence", "cost_per_iteration", "decisions", "epochs", "rounds", "staleness",
+           "commits", "convergence", "cost_per_iteration", "decisions", "epochs", "exchange", "rounds", "staleness",
            "staleness_hist", "throughput", "time_breakdown", "trials"]

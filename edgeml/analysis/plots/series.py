@@ -1,6 +1,6 @@
 """Figures of the series runs write (``series/<name>.csv``) and their registry, ``SERIES_FIGURES``: staleness,
-decided quantities, commit counts, the commit-rate search, rounds and epochs. An algorithm that writes a new
-series adds its figure here and nowhere else."""
+decided quantities, commit counts, the commit-rate search, rounds, epochs and SNAP's selective exchange. An
+algorithm that writes a new series adds its figure here and nowhere else."""
 
 from __future__ import annotations
 
@@ -197,6 +197,46 @@ def rounds(df: pd.DataFrame, context: str = "") -> Figure:
     return fig
 
 
+def exchange(df: pd.DataFrame, context: str = "") -> Figure:
+    """SNAP's selective exchange (snap.txt Sec. IV-C, Fig. 4(b)): the fraction of the values its frames could
+    carry that the peers sent, per iteration (summed over peers, mean over seeds; SNO sends every value, SNAP-0
+    every changed one), and the APE threshold in force (mean over peers and seeds; 0 for SNAP-0 and SNO, left
+    out), both on log axes. Where a run's restart flags are logged, its stage ends are ticked on the threshold."""
+    st = Styles.of(df)
+    fig, axes = new_figure(1, 2, 11, 4.6)
+    per = (df.groupby(["run", "method", "seed", "iteration"], sort=False)
+           .agg(sent=("sent", "sum"), values=("values", "sum"), threshold=("threshold", "mean")).reset_index())
+    per = per.assign(fraction=per["sent"] / per["values"].where(per["values"] > 0))
+    mean = per.groupby(["run", "method", "iteration"], sort=False)[["fraction", "threshold"]].mean().reset_index()
+    floor = None
+    for run, d in mean.groupby("run", sort=False):
+        method = d["method"].iloc[0]
+        ls = st.dash[df.loc[df["run"] == run, "setting"].iloc[0]] if "setting" in df else "-"
+        kw = dict(color=st.colour[method], marker=st.marker[method], ls=ls, lw=1.3, ms=5,
+                  markevery=max(1, len(d) // 8))
+        positive = d[d["fraction"] > 0]
+        axes[0].plot(positive["iteration"], positive["fraction"], **kw)
+        if (d["fraction"] == 0).any():
+            low = float(positive["fraction"].min()) if len(positive) else 1e-6
+            floor = low if floor is None else min(floor, low)
+        t = d[d["threshold"] > 0]
+        if len(t):
+            axes[1].plot(t["iteration"], t["threshold"], **kw)
+    axes[0].set_yscale("log")
+    axes[0].set_xlabel("iteration")
+    axes[0].set_ylabel("values sent / values the frames could carry")
+    axes[0].set_title("fraction of the parameter values sent" + (" (iterations sending none: not drawn)"
+                                                                  if floor is not None else ""))
+    axes[1].set_yscale("log")
+    axes[1].set_xlabel("iteration")
+    axes[1].set_ylabel("APE threshold T (mean over servers)")
+    axes[1].set_title("the threshold in force (SNAP; SNAP-0 and SNO send at 0)")
+    st.legend(fig)
+    panel_title(fig, "Selective exchange: the values sent and the APE threshold per iteration (snap.txt Sec. IV-C)",
+                context)
+    return fig
+
+
 LOAD_COLUMNS = ("load_cpu", "load_net", "load_disk")
 
 
@@ -286,6 +326,10 @@ SERIES_FIGURES = {
     "rounds": SeriesFigure(rounds, ("rank", "iterations", "wait_s", "capability"),
                            "Each device's local iterations per round, and its longest wait at an aggregation "
                            "against its capability"),
+    "exchange": SeriesFigure(exchange, ("iteration", "sent", "values", "threshold"),
+                             "The fraction of the parameter values the servers sent per iteration (summed over "
+                             "servers, mean over seeds) and the APE threshold in force, on log axes",
+                             reads=("iteration", "sent", "values", "threshold")),
     "epochs": SeriesFigure(epochs, ("epoch", "rank", "ratio", "measured_s"),
                            "Each platform's data ratio per epoch, the predicted against the measured training "
                            "time of each epoch, and the prediction error against the co-running load the epoch "
