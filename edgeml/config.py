@@ -143,8 +143,9 @@ def validate(cfg: Config, *, paths: bool = True) -> None:
     if cfg.algo is not None:
         check_fields(cfg.run.algorithm, cfg.algo)
     s = cfg.stop
-    if not (s.max_time or s.max_steps or s.target_accuracy or s.target_loss or s.loss_variance):
-        raise UserError("no stopping rule: set stop.max_time, stop.max_steps, a target or stop.loss_variance")
+    if not (s.max_time or s.max_steps or s.target_accuracy or s.target_loss or s.loss_variance or s.plateau):
+        raise UserError("no stopping rule: set stop.max_time, stop.max_steps, a target, stop.loss_variance or "
+                        "stop.plateau")
     if cfg.run.name and (Path(cfg.run.name).name != cfg.run.name or cfg.run.name in (".", "..")):
         raise UserError(f"run.name = {cfg.run.name!r} is not a single directory name: "
                         f"put the parent directory in --out and a plain name in --name")

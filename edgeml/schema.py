@@ -231,12 +231,9 @@ class NetworkSection:
     failed_links: float = ranged(0.0, ge=0, le=1, zero="no failed links")
     """Fraction of links that fail (seeded; SNAP Fig. 9: 0.01 and 0.05), as ``failures`` says."""
     failures: Literal["permanent", "transient"] = "permanent"
-    """``permanent``: ``failed_links`` of the links go down, both ways, from ``failed_from_s`` for
-    ``failed_for_s``; a message between neighbours whose link is down is lost, others detour, and failures never
-    cut the network unless ``failed_may_disconnect``. ``transient``: every message sent to a neighbour (not
-    routed: no ``detour``) misses with probability ``failed_links`` while failures last, one direction at a time
-    (a link "temporarily unavailable due to failure or congestion", snap.txt Sec. V); its sender learns of it,
-    as a failed connection tells it, and its receiver keeps what it last got."""
+    """``permanent``: that fraction of links is down both ways (a message between neighbours over one is lost,
+    others detour); ``transient``: each message to a neighbour misses with that probability, one way, and its
+    sender learns of it (snap.txt Sec. V: links "temporarily unavailable")."""
     failed_from_s: float = ranged(0.0, ge=0)
     """When failures start (seconds on the run's clock)."""
     failed_for_s: float = ranged(0.0, ge=0, zero="until the run ends")
@@ -263,6 +260,11 @@ class StopSection:
     0 disables."""
     window: int = ranged(10, ge=2)
     """Number of evaluations whose loss variance ``loss_variance`` tests (at least 2)."""
+    plateau: int = ranged(0, ge=0, zero="no plateau rule")
+    """Stop once the best test accuracy of the last ``plateau`` evaluations is no more than ``plateau_delta``
+    above the best before them: the accuracy has stopped improving (runs to a plateau); 0 disables."""
+    plateau_delta: float = ranged(0.001, ge=0)
+    """How much the best accuracy must rise within ``plateau`` evaluations for the run to go on."""
     diverged: bool = False
     """Stop once the test loss of an evaluated model is NaN or infinite: the model has diverged."""
 
@@ -274,11 +276,9 @@ class EvalSection:
     test_samples: int = ranged(2000, ge=0, zero="all test samples")
     """Evaluate on this many test samples (a fixed subset); 0 uses all."""
     models: Literal["average", "mean", "worst"] = "average"
-    """Which model the loss and accuracy columns describe when several nodes expose one: ``average``, the
-    average of their parameters (the global model); ``mean``, the mean loss and accuracy of each node's own
-    model; ``worst``, the highest loss and the lowest accuracy among them (decentralized training has
-    converged when every node's model has: snap.txt Sec. III). With ``mean`` and ``worst`` the average model's
-    are recorded too (``evals.csv`` columns ``average_loss`` and ``average_accuracy``)."""
+    """Which model loss and accuracy describe when several nodes expose one: ``average``, their average (the
+    global model); ``mean``, the mean over their own models; ``worst``, the highest loss and lowest accuracy
+    among them (snap.txt Sec. III). ``mean`` and ``worst`` also record ``average_loss``/``average_accuracy``."""
     per_class: bool = False
     """Also record each class's accuracy on the test samples (``evals.csv`` columns ``accuracy_c0``,
     ``accuracy_c1``, ...; of the model the ``accuracy`` column describes): where non-i.i.d. data hurt."""

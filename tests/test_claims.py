@@ -151,9 +151,11 @@ def test_an_unreached_baseline_gives_a_bound_not_100_percent():
     r = verdict(claim(paper=0.8), timed({0: 869.0}, {0: None}))
     assert r.verdict == "inconclusive (>= 13%)" and r.measured.startswith(">= 13%")
     assert "100%" not in r.measured
-    # when the bound alone proves the claim, it holds, and says it is a bound
-    r = verdict(claim(paper=0.8), timed({0: 100.0}, {0: None}))
+    # when the bound alone proves the claim, it holds, and says it is a bound; beyond p / 0.9 it is stronger
+    r = verdict(claim(paper=0.85), timed({0: 100.0}, {0: None}))
     assert r.verdict == "holds (>= 90%)"
+    r = verdict(claim(paper=0.8), timed({0: 100.0}, {0: None}))
+    assert r.verdict == "stronger (>= 90%)"  # 0.9 > 0.8 / 0.9
     r = verdict(claim(), timed({0: 100.0, 1: 150.0}, {0: None, 1: 800.0}))
     assert r.verdict.startswith("holds (>=")
 
@@ -161,8 +163,11 @@ def test_an_unreached_baseline_gives_a_bound_not_100_percent():
 def test_a_censored_run_can_only_fail_to_hold():
     r = verdict(claim(paper=0.5), timed({0: None}, {0: 400.0}))  # the run took more than 1000 s, base 400 s
     assert r.verdict == "does not hold (<= -150%)"
-    r = verdict(claim(paper=0.5), timed({0: None}, {0: 1500.0}))  # at most 33% faster: unknown direction
+    r = verdict(claim(paper=0.3), timed({0: None}, {0: 1500.0}))  # at most 33% faster: unknown direction
     assert r.verdict == "inconclusive (<= 33%)"
+    # an upper bound below the paper's figure (0.9 x 50% = 45%) excludes it: the paper's 50% was not measured
+    r = verdict(claim(paper=0.5), timed({0: None}, {0: 1500.0}))
+    assert r.verdict == "does not hold (<= 33%)"
 
 
 def test_both_sides_censored_is_inconclusive():

@@ -361,6 +361,31 @@ def test_rounds_figure_with_seeds_of_equal_means():
     assert (label_spans([0.36999999999999994], [0.37], [0.37]) >= 0).all()
 
 
+def test_one_colour_per_method_one_line_style_per_setting_and_solid_left_to_a_method_without_settings():
+    from edgeml.analysis.plots.style import Styles
+
+    df = pd.DataFrame({"method": ["ASGD", "AdaComp", "AdaComp", "AdaComp", "Comp-ASGD", "Comp-ASGD"],
+                       "setting": ["", "c = 0.1", "c = 0.01", "c = 0.001", "c = 0.1", "c = 0.01"]})
+    st = Styles.of(df)
+    assert st.dash["ASGD's own setting"] == "-" and "-" not in [st.dash[s] for s in st.settings]
+    assert len({str(st.dash[s]) for s in st.settings}) == 3  # one style per c, shared by the methods
+    both = Styles.of(df[df["method"] != "ASGD"])  # no method without settings: the first setting is solid
+    assert both.dash["c = 0.1"] == "-"
+
+
+def test_the_accuracy_panel_draws_each_seed_and_the_mean_with_its_interval():
+    df = pd.DataFrame({"run": ["a", "a", "a", "b", "b", "b"], "best_accuracy": [0.90, 0.91, 0.92, 0.95, 0.95, 0.95],
+                       "final_accuracy": [0.89, 0.90, 0.91, 0.94, 0.94, 0.94]})
+    fig = plots.accuracy(df, test_samples=2000)
+    ax = fig.axes[0]
+    means = [c for c in ax.containers]  # one errorbar container per run
+    assert len(means) == 2
+    assert [m.lines[0].get_xdata()[0] for m in means] == pytest.approx([0.91, 0.95])
+    dots = [line for line in ax.get_lines() if line.get_marker() == "."]
+    assert sorted(x for d in dots for x in d.get_xdata()) == pytest.approx(sorted(df["best_accuracy"]))
+    assert "one test sample: 0.05 pt" in ax.get_xlabel() and fig.axes[1].get_xlabel().startswith("final")
+
+
 def test_the_exchange_figure_draws_the_fraction_of_values_sent_summed_over_servers():
     df = SERIES["exchange"].assign(run="snap", method="SNAP", setting="")
     df = pd.concat([df.assign(seed=0), df.assign(seed=1, sent=df["sent"] * 0 + 10)], ignore_index=True)

@@ -156,6 +156,28 @@ def test_stopping_rules():
     assert reason.startswith("loss variance")
     losses = [r["loss"] for r in mon.rows[-6:-1]]
     assert max(losses) - min(losses) < 0.2
+    _, mon, _, reason = simulate("run.algorithm='asp'", "cluster.workers=2", "stop.max_time=0", "stop.plateau=6",
+                                 "stop.plateau_delta=0.005", "eval.interval=0.5")
+    assert reason.startswith("accuracy plateau")
+    acc = [r["accuracy"] for r in mon.rows]  # it stops at the first evaluation where the rule holds
+    holds = [max(acc[k - 6:k]) <= max(acc[:k - 6]) + 0.005 for k in range(7, len(acc) + 1)]
+    assert holds[-1] and not any(holds[:-1])
+
+
+def test_the_plateau_rule_by_hand():
+    from edgeml.runtime.monitor import Monitor
+    from edgeml.schema import StopSection
+
+    mon = Monitor.__new__(Monitor)
+    mon.stop_cfg, mon.rows, mon.stop_reason = StopSection(plateau=3, plateau_delta=0.01), [], None
+    for acc in [0.1, 0.5, 0.7, 0.72, 0.725, 0.722, 0.726, 0.9]:
+        row = {"loss": 1.0, "accuracy": acc}
+        mon.rows.append(row)
+        mon._check_targets(row, evaluated=True)
+        if mon.stop_reason:
+            break
+    # after 0.726 the best of the last three (0.726) is within 0.01 of the best before them (0.72)
+    assert len(mon.rows) == 7 and "0.7260" in mon.stop_reason and "0.7200" in mon.stop_reason
 
 
 @pytest.mark.slow

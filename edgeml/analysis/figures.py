@@ -173,7 +173,9 @@ class FigureFile:
 
 
 STANDARD_PANELS = ("convergence_time", "convergence_steps", "convergence_bytes", "convergence_ingress",
-                   "convergence_iterations", "cost_per_iteration", "bars", "time_breakdown", "throughput")
+                   "convergence_iterations", "cost_per_iteration", "bars", "time_breakdown", "throughput", "accuracy")
+"""The panels a figure group may name; ``accuracy`` only where named (a figure group without ``panels`` and
+``edgeml plot`` draw the others)."""
 
 
 def panel_names() -> tuple[str, ...]:
@@ -309,11 +311,14 @@ def plan_figures(runs: list[Run], out: Path, cmp: Comparison | None = None, pane
     if want("time_breakdown"):
         figures.append(("time_breakdown", lambda: plots.time_breakdown(tables["nodes"], ctx),
                         f"{paper}each worker's time split into computation, communication and waiting"))
+    if wanted is not None and "accuracy" in wanted:
+        counts = {int(r.config.get("eval", {}).get("test_samples") or 0) for r in runs}
+        n = counts.pop() if len(counts) == 1 else 0
+        figures.append(("accuracy", lambda: plots.accuracy(_named_per_run(runs, cmp, labels), n or None, ctx),
+                        f"{paper}best and final test accuracy per run: every seed, and the mean over seeds with its "
+                        f"95% bootstrap interval ({measured})"))
     if want("throughput"):
-        names = run_names(runs, group_settings(runs, labels))
-        per_run = cmp.per_run[cmp.per_run["path"].isin({str(r.path) for r in runs})]
-        per_run = per_run.assign(run=per_run["run"].map(names))
-        figures.append(("throughput", lambda: plots.throughput(per_run, ctx),
+        figures.append(("throughput", lambda: plots.throughput(_named_per_run(runs, cmp, labels), ctx),
                         "training throughput and network traffic per run, mean over seeds"))
     for name, spec in plots.SERIES_FIGURES.items():
         if name in tables and not tables[name].empty and want(name):
@@ -331,6 +336,13 @@ def plan_figures(runs: list[Run], out: Path, cmp: Comparison | None = None, pane
                             "target: it is drawn at what the run lasted"))
     return [PendingFigure(FigureFile(name, out / f"{name}.png", caption if cite else caption[:1].upper() + caption[1:]),
                           make) for name, make, caption in figures]
+
+
+def _named_per_run(runs: list[Run], cmp: Comparison, labels: dict[str, str] | None) -> pd.DataFrame:
+    """The comparison's per-run rows of ``runs``, each named as the figure's legend names it."""
+    names = run_names(runs, group_settings(runs, labels))
+    per_run = cmp.per_run[cmp.per_run["path"].isin({str(r.path) for r in runs})]
+    return per_run.assign(run=per_run["run"].map(names))
 
 
 def draw(figures: list[PendingFigure], processes: int = 1) -> None:

@@ -13,8 +13,11 @@ gives one value (an interval when censored); the verdict rests on the 95% bootst
 - **weaker** / **stronger**: on the paper's side, but entirely below 0.9 p / above p / 0.9.
 - **does not hold**: the interval lies on the other side (or beyond a value claim's bound).
 - **inconclusive**: the interval straddles neutral (or the bound); with a censored side only a bound is
-  known, and the verdict says "holds (>= x)" or "does not hold (<= x)" only when the bound alone proves it,
-  else "inconclusive (>= x)". Both sides censored: inconclusive.
+  known, and the verdict is decisive only when the bound alone proves it, else "inconclusive (>= x)": a lower
+  bound on the paper's side reads "holds (>= x)" once it reaches 0.9 p and "stronger (>= x)" beyond p / 0.9;
+  an upper bound reads "does not hold (<= x)" when it lies on the other side of neutral, or when it excludes
+  the paper's figure (below 0.9 p: whichever side the effect is on, the paper's figure was not measured; "at
+  most 28x" where the paper says 191x). Both sides censored: inconclusive.
 - **not resolved**: a time-to-target effect smaller than one evaluation interval (the time resolution): the
   mean paired difference lies within one interval of zero; a ``difference`` claim whose margin is at least the
   resolution is decided on its margin instead.
@@ -119,9 +122,12 @@ def decide(iv: Interval, claim: Claim, lo_open: bool, hi_open: bool, resolved: b
             return f"does not hold ({bound})" if hi < 0 else f"inconclusive ({bound})"
         return "holds" if lo >= 0 else "does not hold" if hi < 0 else "inconclusive"
     if hi_open:  # only a lower bound on the effect
+        if lo > 0 and p is not None and lo > p / HOLDS_SHARE:
+            return f"stronger ({bound})"
         return f"holds ({bound})" if lo > 0 and (p is None or lo >= HOLDS_SHARE * p) else f"inconclusive ({bound})"
-    if lo_open:  # only an upper bound
-        return f"does not hold ({bound})" if hi < 0 else f"inconclusive ({bound})"
+    if lo_open:  # only an upper bound: below neutral, or below the paper's figure, it decides
+        excluded = p is not None and hi < HOLDS_SHARE * p
+        return f"does not hold ({bound})" if hi < 0 or excluded else f"inconclusive ({bound})"
     if lo > 0:
         if p is None:
             return "holds"

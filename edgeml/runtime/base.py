@@ -28,7 +28,8 @@ The interface is deliberately small, and shaped like the papers' pseudocode:
 **One message path.** A message's fate is decided here, once, in ``Node.send``: its arrival time (the route's
 cost in the run's topology, ``edgeml.world.World.message``, behind the sender's uplink, which transmits one
 message at a time; messages between two nodes arrive in the order they were sent), whether it is lost (a
-failed link or no path left, or the destination is dead when it would arrive), and its bytes and byte-hops
+failed link or no path left, a transient miss, or the destination is dead when it would arrive: the sender's
+``last_lost``), and its bytes and byte-hops
 (bytes x links crossed, snap.txt Sec. II-B). ``push`` first waits the environment's random wait
 (``cluster.random_wait_s``, counted as waiting). A backend only delivers a
 message at its arrival time (``sim`` schedules an event, ``procs`` has the receiver hold it until then) and

@@ -138,6 +138,13 @@ class Monitor:
             recent = [r["loss"] for r in self.rows[-s.window:]]
             if all(math.isfinite(x) for x in recent) and statistics.pvariance(recent) < s.loss_variance:
                 self.stop_reason = f"loss variance below {s.loss_variance} for {s.window} evaluations"
+        if not self.stop_reason and s.plateau and len(self.rows) > s.plateau:
+            accuracy = [r["accuracy"] for r in self.rows]
+            before = max((a for a in accuracy[:-s.plateau] if math.isfinite(a)), default=math.nan)
+            recent = max((a for a in accuracy[-s.plateau:] if math.isfinite(a)), default=math.nan)
+            if math.isfinite(before) and not recent > before + s.plateau_delta:
+                self.stop_reason = (f"accuracy plateau: the best of the last {s.plateau} evaluations "
+                                    f"({recent:.4f}) is within {s.plateau_delta:g} of the best before ({before:.4f})")
 
     def check_steps(self, total_steps: int) -> None:
         if not self.stop_reason and self.stop_cfg.max_steps and total_steps >= self.stop_cfg.max_steps:

@@ -19,11 +19,12 @@ series figures and their registry); ``style`` holds what they share (colours, ma
 # style first: it selects matplotlib's Agg backend before anything imports pyplot
 from edgeml.analysis.plots.style import MAX_TICK_LABELS, MAX_WIDTH, X_AXES, X_NAMES  # noqa: I001
 from edgeml.analysis.plots.against import against
-from edgeml.analysis.plots.bars import bars, throughput, time_breakdown
+from edgeml.analysis.plots.bars import accuracy, bars, throughput, time_breakdown
 from edgeml.analysis.plots.curves import convergence, cost_per_iteration
 from edgeml.analysis.plots.series import (SERIES_FIGURES, SeriesFigure, commits, decisions, epochs, exchange, rounds,
                                          staleness, staleness_hist, trials)
 
-__all__ = ["MAX_TICK_LABELS", "MAX_WIDTH", "SERIES_FIGURES", "X_AXES", "X_NAMES", "SeriesFigure", "against", "bars",
+__all__ = ["MAX_TICK_LABELS", "MAX_WIDTH", "SERIES_FIGURES", "X_AXES", "X_NAMES", "SeriesFigure", "accuracy", "against",
+           "bars",
            "commits", "convergence", "cost_per_iteration", "decisions", "epochs", "exchange", "rounds", "staleness",
            "staleness_hist", "throughput", "time_breakdown", "trials"]

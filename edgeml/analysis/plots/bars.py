@@ -1,5 +1,6 @@
 """Bars: time and steps until a target per method (hatched at the budget where a run never got there), each
-worker's time split into computation, communication and waiting, and throughput and traffic per run."""
+worker's time split into computation, communication and waiting, throughput and traffic per run, and best and
+final accuracy per run."""
 
 from __future__ import annotations
 
@@ -139,4 +140,32 @@ def throughput(summary: pd.DataFrame, context: str = "") -> Figure:
         ax.invert_yaxis()
         ax.set_xlabel(label)
     panel_title(fig, "Training throughput and network traffic per run", context)
+    return fig
+
+
+def accuracy(summary: pd.DataFrame, test_samples: int | None = None, context: str = "") -> Figure:
+    """Best and final test accuracy per run (adacomp.txt Table II: one row per setting): each seed a small dot,
+    the mean a large one with its 95% bootstrap interval, on an axis zoomed to the values, so the interval, not
+    the axis, says how large a difference is; ``test_samples``, when every run evaluated on that many, is drawn
+    as the resolution (one test sample's share of the accuracy)."""
+    runs = order_of(summary, "run")
+    fig, axes = new_figure(1, 2, 11, 1.8 + 0.42 * len(runs))
+    colours = dict(zip(runs, sns.color_palette("tab10" if len(runs) <= 10 else "husl", len(runs))))
+    for ax, (value, label) in zip(axes, (("best_accuracy", "best test accuracy"),
+                                         ("final_accuracy", "final test accuracy"))):
+        for i, run in enumerate(runs):
+            v = summary.loc[summary["run"] == run, value].to_numpy(float)
+            v = v[np.isfinite(v)]
+            if not v.size:
+                continue
+            mean, lo, hi = bootstrap_ci(v)
+            ax.plot(v, np.full(v.size, i) + 0.18, lw=0, marker=".", ms=5, color=colours[run], alpha=0.7)
+            ax.errorbar(mean, i, xerr=label_spans(mean, lo, hi) if hi > lo else None, color=colours[run],
+                        marker="o", ms=7, capsize=3, lw=1.4)
+        ax.set_yticks(range(len(runs)), [textwrap.fill(r, 34) for r in runs] if ax is axes[0] else [""] * len(runs),
+                      fontsize=8)
+        ax.set_ylim(len(runs) - 0.5, -0.5)
+        resolution = f" (one test sample: {100 / test_samples:.2g} pt)" if test_samples else ""
+        ax.set_xlabel(label + resolution)
+    panel_title(fig, "Best and final test accuracy per run: seeds (small dots), mean with 95% interval", context)
     return fig

@@ -79,17 +79,21 @@ class Styles:
     ``settings`` are the settings of the methods run in several (their names as the legend shows them:
     ``edgeml.analysis.figures.group_settings``), each with a line style of its own; a method run in one setting
     gets no line-style entry, and its line is drawn in that setting's style where another method has it, else
-    solid. ``notes``: a remark after a method's name in the legend ("same curve as SNAP-0")."""
+    solid; ``solo``: such a solid line exists, so the settings' styles leave solid to it (ASGD beside AdaComp
+    at c = 0.1, 0.01 and 0.001: one colour per method, one line style per c, and ASGD's alone solid).
+    ``notes``: a remark after a method's name in the legend ("same curve as SNAP-0")."""
 
     methods: list[str]
     settings: list[str]
     notes: dict[str, str] = field(default_factory=dict)
+    solo: bool = False
 
     def __post_init__(self):
         palette = sns.color_palette("tab10" if len(self.methods) <= 10 else "husl", len(self.methods))
         self.colour = dict(zip(self.methods, palette))
         self.marker = {m: MARKERS[i % len(MARKERS)] for i, m in enumerate(self.methods)}
-        self.dash = _Solid({s: DASHES[i % len(DASHES)] for i, s in enumerate(self.settings)})
+        dashes = DASHES[1:] if self.solo else DASHES
+        self.dash = _Solid({s: dashes[i % len(dashes)] for i, s in enumerate(self.settings)})
 
     @classmethod
     def of(cls, df: pd.DataFrame) -> "Styles":
@@ -98,7 +102,8 @@ class Styles:
         if "setting" not in df:
             return cls(methods, [])
         several = df.groupby("method", sort=False)["setting"].transform("nunique") > 1
-        return cls(methods, order_of(df[several], "setting"))
+        settings = order_of(df[several], "setting")
+        return cls(methods, settings, solo=bool(settings) and not df.loc[~several, "setting"].isin(settings).all())
 
     def legend(self, fig: Figure, lines: bool = True) -> None:
         """Methods (colour and marker) and, when some method ran in several, settings (line style), below the
