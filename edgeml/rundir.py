@@ -22,19 +22,19 @@ Run directory (format 1; tables are rebuilt from it alone):
     experiment.json only in a reproduction's run: paper, run name, its ``[[runs]]`` entry (spec), sweep point,
                     seed, quick (see ``edgeml.reproduce``)
 
-Any of these CSV tables may be stored gzip-compressed instead, as ``<name>.csv.gz`` (``evals.csv.gz``,
-``series/staleness.csv.gz``): the reader reads it as it reads the CSV (``table_path``). ``edgeml run`` writes
-plain CSV; ``compact`` shrinks a finished run to what the analysis reads of it, as ``edgeml reproduce`` keeps
-its runs (see ``compact``).
+``edgeml run`` leaves these files as it wrote them. ``compact`` packs a finished run into one archive,
+``run.zip``, holding what the analysis reads of it, as ``edgeml reproduce`` keeps its runs (see ``compact``):
+the reader reads a file from the archive as from the folder (``read_file``, ``files``), and reads the former
+compacted form too, each CSV table gzip-compressed as ``<name>.csv.gz``.
 
 ``evals.csv`` is appended as the run goes, so a run that dies keeps what it measured. A crashed node's
 ``alive_s`` ends at its crash; a node process that died (killed, or exited on its own) counts as crashed.
 
 The writer takes plain rows and numbers (the backends turn their node reports into rows and compute the
 summary, ``edgeml.runtime.monitor``); the reader (``Run``, ``load_run``, ``find_runs``, ``load_runs``) is what every
-table and figure is rebuilt from. Which runs ``find_runs`` finds: run directories (with ``summary.json`` or
-``evals.csv``), an experiment's results folder (holding ``runs/`` and ``experiment.toml``), or a folder whose
-direct children are run directories; ``recursive`` searches every folder below. Runs written by different
+table and figure is rebuilt from. Which runs ``find_runs`` finds: run directories (with ``summary.json``,
+``evals.csv`` or ``run.zip``), an experiment's results folder (holding ``runs/`` and ``experiment.toml``), or a
+folder whose direct children are run directories; ``recursive`` searches every folder below. Runs written by different
 experiments (``experiment.json``: paper, quick) are never loaded together. Run labels: a reproduction's runs
 are named by ``experiment.json``; other run directories by algorithm, plus the config keys that tell apart runs
 of the same algorithm.
@@ -53,8 +53,8 @@ import gzip
 import io
 import json
 import math
-import shutil
 import sys
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -82,7 +82,9 @@ SUMMARY = "summary.json"
 ERROR = "error.txt"
 EXPERIMENT = "experiment.json"
 GZIP = ".gz"
-"""The suffix of a gzip-compressed table: ``evals.csv.gz`` holds what ``evals.csv`` would (``table_path``)."""
+ARCHIVE = "run.zip"
+"""The suffix of a gzip-compressed table, the former compacted form: ``evals.csv.gz`` holds what ``evals.csv``
+would (``read_file``)."""
 
 EVAL_COLUMNS = ("time_s", "total_steps", "total_samples", "total_bytes", "total_byte_hops", "ps_ingress_bytes",
                 "loss", "accuracy", "messages_lost")
@@ -253,68 +255,122 @@ def tag_run(path: Path, tag: dict[str, Any]) -> None:
 def finished_status(path: Path) -> str | None:
     """The status in a run's ``summary.json`` (None without a readable one)."""
     try:
-        return json.loads((path / SUMMARY).read_text()).get("status")
+        return read_json(path, SUMMARY).get("status")
     except (OSError, ValueError):
         return None
 
 
-def table_path(run: Path, name: str) -> Path | None:
-    """Where the run directory ``run`` keeps its table ``name`` (``evals.csv``, ``series/decisions.csv``): the
-    CSV, else its gzip-compressed ``<name>.gz``; None when it has neither."""
-    for p in (run / name, run / f"{name}{GZIP}"):
+def read_file(run: Path, name: str) -> bytes | None:
+    """The bytes of the run directory ``run``'s file ``name`` (``summary.json``, ``series/decisions.csv``): the
+    file itself, else its gzip-compressed copy ``<name>.gz`` (the former compacted form), else the member of
+    ``run.zip`` (``compact``); None when none holds it. A loose file comes first: a compaction cut short leaves
+    it until the archive holding it is complete."""
+    for p, unpack in ((run / name, None), (run / f"{name}{GZIP}", gzip.decompress)):
         if p.is_file():
-            return p
+            data = p.read_bytes()
+            return unpack(data) if unpack else data
+    if (run / ARCHIVE).is_file():
+        try:
+            with zipfile.ZipFile(run / ARCHIVE) as z:
+                return z.read(name) if name in z.NameToInfo else None
+        except zipfile.BadZipFile as exc:
+            raise OSError(f"{run / ARCHIVE}: {exc}") from None
     return None
 
 
-def compact(path: Path, series: dict[str, tuple[str, ...] | None]) -> None:
-    """Shrink a finished run directory to what the analysis reads of it, as ``edgeml reproduce`` keeps its runs
-    (the committed reproductions in ``results/`` among them; ``edgeml run`` leaves its runs as written).
+def read_json(run: Path, name: str) -> dict:
+    """A JSON file of the run (``read_file``) holding an object; OSError when the run has none or cannot be
+    read, ValueError when it is no JSON object."""
+    data = read_file(run, name)
+    if data is None:
+        raise FileNotFoundError(run / name)
+    value = json.loads(data)
+    if not isinstance(value, dict):
+        raise ValueError(f"{run / name} holds no JSON object")
+    return value
 
-    ``evals.csv``, ``nodes.csv``, ``messages.csv`` and the series named in ``series`` (name: the columns the
-    analysis reads of it, where those are all a reproduction keeps; None: every column) are gzip-compressed into
-    ``<name>.csv.gz``, which the reader reads as it reads the CSV (``table_path``); every other series is
-    deleted. A kept column keeps its text, so every table, figure and claim reads what it read before. The JSON
-    and TOML files stay as they are (``--resume`` and ``--check`` read them). The compressed files carry no name
-    and no time, so a run compacts to the same bytes wherever it ran; compacting again changes nothing, and a
-    compaction cut short leaves the CSV, which the reader prefers, until the next one."""
-    tables = [(path / name, None) for name in (EVALS, NODES, MESSAGES)]
-    folder = path / SERIES
-    if folder.is_dir():
-        for f in sorted(folder.iterdir()):
-            name = f.name.removesuffix(GZIP).removesuffix(".csv")
-            if not f.is_file():
-                continue
-            if name not in series:
-                f.unlink()
-            elif f.name.endswith(".csv"):
-                tables.append((f, series[name]))
-    for f, columns in tables:
-        if not f.is_file():
+
+def read_config(run: Path) -> dict:
+    """The run's resolved configuration (``config.toml``); OSError or ValueError as ``read_json``."""
+    data = read_file(run, CONFIG)
+    if data is None:
+        raise FileNotFoundError(run / CONFIG)
+    return tomllib.loads(data.decode("utf-8"))
+
+
+def files(run: Path) -> dict[str, bytes]:
+    """Every file of the run directory by its name in the folder (``series/staleness.csv``), read from the
+    archive, a gzip-compressed copy or the folder (``read_file``, which the folder's files override)."""
+    found: dict[str, bytes] = {}
+    if (run / ARCHIVE).is_file():
+        with zipfile.ZipFile(run / ARCHIVE) as z:
+            found.update((n, z.read(n)) for n in z.namelist())
+    for p in sorted(run.rglob("*")):
+        name = p.relative_to(run).as_posix()
+        if p.is_file() and name != ARCHIVE and not name.endswith(".tmp"):
+            data = p.read_bytes()
+            if name.endswith(GZIP):
+                name, data = name.removesuffix(GZIP), gzip.decompress(data)
+                if (run / name).is_file():
+                    continue
+            found[name] = data
+    return dict(sorted(found.items()))
+
+
+DROPPED = (MESSAGES,)
+"""Tables of a finished run that no table, figure or claim reads: a compacted run leaves them out."""
+
+
+def compact(path: Path, series: dict[str, tuple[str, ...] | None]) -> None:
+    """Pack a finished run directory into ``run.zip``, holding what the analysis reads of it, as ``edgeml
+    reproduce`` keeps its runs (the committed reproductions in ``results/`` among them; ``edgeml run`` leaves its
+    runs as written): one file per run, which keeps a clone of many runs small on disk as well as in bytes.
+
+    The archive holds every file of the run (``files``) but the ``DROPPED`` tables and the series not named in
+    ``series``; a series named there with columns (the ones the analysis reads, where those are all a
+    reproduction keeps) is cut to them, each kept column keeping its text, so every table, figure and claim
+    reads what it read before. Members are deflated, sorted, and carry no time, so a run compacts to the same
+    bytes wherever it ran; compacting again changes nothing. The archive replaces the loose files only once it
+    is complete: a compaction cut short leaves them, which the reader prefers (``read_file``)."""
+    kept: dict[str, bytes] = {}
+    for name, data in files(path).items():
+        stem = name.removeprefix(f"{SERIES}/").removesuffix(".csv")
+        if name in DROPPED or (name.startswith(f"{SERIES}/") and stem not in series):
             continue
-        tmp = f.with_name(f"{f.name}{GZIP}.tmp")
-        with open(f, "rb") as src, open(tmp, "wb") as raw, \
-                gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as gz:
-            header = next(csv.reader([src.readline().decode("utf-8")]), [])
-            src.seek(0)
-            if columns and set(columns) <= set(header) and len(columns) < len(header):
-                keep = [header.index(c) for c in columns]
-                text_in = io.TextIOWrapper(src, encoding="utf-8", newline="")
-                text_out = io.TextIOWrapper(gz, encoding="utf-8", newline="")
-                rows = csv.reader(text_in)
-                next(rows)
-                w = csv.writer(text_out)  # the writer's dialect: the rows keep their text and line ends
-                w.writerow(columns)
-                w.writerows([row[i] for i in keep] for row in rows)
-                text_out.flush()
-                text_out.detach()  # the gzip and source files close themselves
-                text_in.detach()
-            else:
-                shutil.copyfileobj(src, gz)
-        tmp.replace(f.with_name(f"{f.name}{GZIP}"))
-        f.unlink()
-    if folder.is_dir() and not any(folder.iterdir()):
-        folder.rmdir()
+        columns = series.get(stem) if name.startswith(f"{SERIES}/") else None
+        kept[name] = _cut_columns(data, columns) if columns else data
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, data in kept.items():
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type, info.create_system, info.external_attr = zipfile.ZIP_DEFLATED, 3, 0o644 << 16
+            z.writestr(info, data, compresslevel=9)
+    archive = path / ARCHIVE
+    if not archive.is_file() or archive.read_bytes() != buf.getvalue():
+        tmp = path / f"{ARCHIVE}.tmp"
+        tmp.write_bytes(buf.getvalue())
+        tmp.replace(archive)
+    for p in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if p.is_file() and p != archive:
+            p.unlink()
+        elif p.is_dir() and not any(p.iterdir()):
+            p.rmdir()
+
+
+def _cut_columns(data: bytes, columns: tuple[str, ...]) -> bytes:
+    """A CSV table cut to ``columns`` (when it has them all and more), each row's kept fields keeping their
+    text; else the table as it is."""
+    text = data.decode("utf-8")
+    rows = csv.reader(io.StringIO(text, newline=""))
+    header = next(rows, [])
+    if not (set(columns) <= set(header) and len(columns) < len(header)):
+        return data
+    keep = [header.index(c) for c in columns]
+    out = io.StringIO(newline="")
+    w = csv.writer(out)  # the writer's dialect, as the run's tables are written
+    w.writerow(columns)
+    w.writerows([row[i] for i in keep] for row in rows)
+    return out.getvalue().encode("utf-8")
 
 
 # ------------------------------------------------------------------------------------------ the reader
@@ -340,21 +396,21 @@ class Run:
         return ",".join(f"{k}={fmt_value(v)}" for k, v in self.point.items())
 
     def meta(self) -> dict:
-        p = self.path / META
-        return json.loads(p.read_text()) if p.is_file() else {}
+        data = read_file(self.path, META)
+        return json.loads(data) if data is not None else {}
 
     def table(self, name: str, needed: tuple[str, ...] = (), required: bool = True) -> pd.DataFrame | None:
         """A CSV of the run (``evals.csv``, ``series/staleness.csv``...), checked for the columns we use; read from
-        its gzip-compressed ``<name>.gz`` where the CSV is not there (``table_path``)."""
+        the folder or the run's archive (``read_file``)."""
         import pandas as pd
 
-        p = table_path(self.path, name)
-        if p is None:
+        data = read_file(self.path, name)
+        if data is None:
             if required:
                 raise UserError(f"run {self.path}: missing {name} (written by an older edgeml or unfinished?): "
                                 f"re-run it with edgeml {__version__}")
             return None
-        df = pd.read_csv(p)
+        df = pd.read_csv(io.BytesIO(data))
         missing = [c for c in needed if c not in df.columns]
         if missing:
             raise UserError(f"run {self.path}: {name} has no column {', '.join(missing)} (written by an older "
@@ -430,12 +486,12 @@ DERIVED = {"window_prediction_error": _window_prediction_error, "accuracy_jitter
 
 
 def _is_run(p: Path) -> bool:
-    return (p / SUMMARY).is_file() or table_path(p, EVALS) is not None
+    return any((p / n).is_file() for n in (SUMMARY, EVALS, EVALS + GZIP, ARCHIVE))
 
 
 def _runs_below(d: Path, recursive: bool) -> list[Path]:
     if recursive:
-        return sorted({p.parent for n in (SUMMARY, EVALS, EVALS + GZIP) for p in d.rglob(n)})
+        return sorted({p.parent for n in (SUMMARY, EVALS, EVALS + GZIP, ARCHIVE) for p in d.rglob(n)})
     if (d / "runs").is_dir() and (d / "experiment.toml").is_file():  # an experiment's results folder
         d = d / "runs"
     return sorted(p for p in d.iterdir() if p.is_dir() and _is_run(p))
@@ -459,7 +515,8 @@ def find_runs(patterns: list[str], recursive: bool = False) -> list[Path]:
             below = [m] if _is_run(m) else _runs_below(m, recursive) if m.is_dir() else []
             if not below and not is_glob:
                 raise UserError(f"{str(m)!r} holds no run directory" + ("" if recursive else " directly below it") +
-                                " (run directories have summary.json or evals.csv): pass run directories or an "
+                                " (run directories have summary.json, evals.csv or run.zip): pass run directories or "
+                                "an "
                                 "experiment's results folder" + ("" if recursive else
                                                                  ", or --recursive to search every folder below"))
             found.extend(below)
@@ -470,17 +527,13 @@ def find_runs(patterns: list[str], recursive: bool = False) -> list[Path]:
 
 
 def load_run(path: Path) -> Run:
-    def read(name: str) -> str:
-        if not (path / name).is_file():
-            raise UserError(f"run {path}: missing {name} (unfinished, killed, or not a run directory): "
-                            "let it finish or leave it out")
-        return (path / name).read_text()
-
     try:
-        summary = json.loads(read(SUMMARY))
-        config = tomllib.loads(read(CONFIG))
-        exp = json.loads((path / EXPERIMENT).read_text()) if (path / EXPERIMENT).is_file() else {}
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+        summary, config = read_json(path, SUMMARY), read_config(path)
+        exp = read_json(path, EXPERIMENT) if read_file(path, EXPERIMENT) is not None else {}
+    except FileNotFoundError as exc:
+        raise UserError(f"run {path}: missing {Path(exc.args[0]).name} (unfinished, killed, or not a run "
+                        "directory): let it finish or leave it out") from None
+    except (OSError, ValueError) as exc:
         raise UserError(f"run {path}: unreadable file ({exc}): re-run it") from None
     missing = [k for k in SUMMARY_NEEDED if k not in summary]
     if missing:
@@ -530,7 +583,7 @@ def load_runs(patterns: list[str], recursive: bool = False) -> list[Run]:
 
     paths = find_runs(patterns, recursive)
     # among several runs, one still in progress (or killed before writing its summary) is left out, not fatal
-    unfinished = [p for p in paths if not (p / SUMMARY).is_file()] if len(paths) > 1 else []
+    unfinished = [p for p in paths if read_file(p, SUMMARY) is None] if len(paths) > 1 else []
     if unfinished and len(unfinished) < len(paths):
         warn(f"skipping {len(unfinished)} unfinished run(s) (no summary.json): " + ", ".join(map(str, unfinished)))
     runs = [load_run(p) for p in paths if p not in unfinished or len(unfinished) == len(paths)]

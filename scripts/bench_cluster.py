@@ -24,6 +24,7 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from _bench import ROOT, record  # noqa: E402
+from edgeml import rundir  # noqa: E402
 from edgeml.reproduce.parallel import default_jobs  # noqa: E402
 
 TARGET_S = 2.0
@@ -78,8 +79,8 @@ def ray_start_stop(jobs: int) -> float:
 
 def runs_of(out: Path) -> dict[str, bytes]:
     """Every file of the run directories but meta.json (wall clock) and config.toml (it names the output)."""
-    return {str(p.relative_to(out / "runs")): p.read_bytes() for p in sorted((out / "runs").rglob("*"))
-            if p.is_file() and p.name not in ("meta.json", "config.toml")}
+    return {f"{run.name}/{name}": data for run in sorted((out / "runs").iterdir()) if run.is_dir()
+            for name, data in rundir.files(run).items() if name not in (rundir.META, rundir.CONFIG)}
 
 
 if __name__ == "__main__":
@@ -100,7 +101,7 @@ if __name__ == "__main__":
                 out = Path(tmp) / f"{side}-{r}"
                 walls[side].append(reproduce(toml, out, args.seeds, how))
                 results[side] = runs_of(out)
-        runs = len(list((Path(tmp) / "local-0" / "runs").glob("*/summary.json")))
+        runs = len(rundir.find_runs([str(Path(tmp) / "local-0" / "runs")]))
         same = results["ray"] == results["local"] and runs > 0
         start_stop = ray_start_stop(args.jobs)
     load_after = os.getloadavg()[0]

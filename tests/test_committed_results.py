@@ -1,6 +1,6 @@
 """The committed results (``results/``) stay small enough to clone: at most 60 MB in all (as git would commit
 them), and every committed run holds only what ``edgeml reproduce`` keeps of a run (``edgeml.rundir.compact``:
-its CSV tables gzipped, no series that no figure or claim reads). That each committed report still renders
+one archive, without the tables and series that no figure or claim reads). That each committed report still renders
 byte for byte from those runs is ``test_rendering.py``."""
 
 from __future__ import annotations
@@ -53,18 +53,17 @@ def test_the_committed_results_stay_under_60_mb():
 @pytest.mark.parametrize("paper", [p.name for p in sorted(RESULTS.iterdir()) if p.is_dir() and p.name != "benchmarks"])
 def test_every_committed_run_is_compacted(paper):
     """What ``edgeml reproduce`` (``edgeml.analysis.figures.compact_run``) keeps of a finished run, and nothing
-    else: a plain CSV table, or a series no figure or claim reads, is bulk a clone need not carry."""
+    else: one archive, ``run.zip``, without the tables and series no figure or claim reads. Loose files, or a
+    table nobody reads, are bulk a clone need not carry (on disk, each file takes at least a block)."""
     kept = kept_series()
-    runs = sorted({p.parent for p in (RESULTS / paper).rglob(rundir.SUMMARY)})
+    runs = sorted({p.parent for name in (rundir.SUMMARY, rundir.ARCHIVE) for p in (RESULTS / paper).rglob(name)})
     assert runs
     bulky = []
     for run in runs:
-        for p in run.rglob("*"):
-            name = p.relative_to(run).as_posix()
-            series = name.startswith(f"{rundir.SERIES}/") and \
-                p.name.removesuffix(rundir.GZIP).removesuffix(".csv") not in kept
-            if p.is_file() and (name.endswith(".csv") or series):
-                bulky.append(p.relative_to(ROOT).as_posix())
+        loose = [p for p in run.rglob("*") if p.relative_to(run).as_posix() != rundir.ARCHIVE]
+        unread = [name for name in rundir.files(run) if name in rundir.DROPPED or (
+            name.startswith(f"{rundir.SERIES}/") and name.split("/", 1)[1].removesuffix(".csv") not in kept)]
+        bulky += [p.relative_to(ROOT).as_posix() for p in loose] + [f"{run.relative_to(ROOT)}: {n}" for n in unread]
     assert not bulky, (f"{len(bulky)} committed run files are not compacted (e.g. {', '.join(bulky[:3])}): rerun "
                        "`edgeml reproduce PAPER --resume --out results/PAPER`, which compacts its finished runs, "
                        "or edgeml.analysis.figures.compact_run on each run directory")

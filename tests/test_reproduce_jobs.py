@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 
-import gzip
 import importlib
 import json
 import shutil
@@ -35,10 +34,9 @@ def _files(out: Path, name: str) -> dict[str, bytes]:
     """Each run's file ``name``; a table as its CSV's bytes, whether reproduce compacted it or not yet."""
     found = {}
     for run in sorted(p for p in (out / "runs").iterdir() if p.is_dir()):
-        path = rundir.table_path(run, name)
-        if path is not None:
-            found[run.name] = gzip.decompress(path.read_bytes()) if path.name.endswith(rundir.GZIP) \
-                else path.read_bytes()
+        data = rundir.read_file(run, name)
+        if data is not None:
+            found[run.name] = data
     return found
 
 

@@ -1,19 +1,23 @@
-"""The run directory's compressed tables: a run compacted as ``edgeml reproduce`` keeps its runs
-(``edgeml.rundir.compact``: CSV tables gzipped, unread series deleted, the staleness series cut to the column
-its figure reads) loads as the run it was, for every table, figure and claim."""
+"""The run directory's archive: a run compacted as ``edgeml reproduce`` keeps its runs (``edgeml.rundir.compact``:
+one ``run.zip`` holding what the analysis reads, unread series and tables left out, the staleness series cut to
+the column its figure reads) loads as the run it was, for every table, figure and claim; so does a run in the
+former compacted form (gzipped tables)."""
 
 from __future__ import annotations
 
 import gzip
+import os
 import shutil
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from edgeml import rundir
 from edgeml.analysis.compare import compare
 from edgeml.analysis.figures import compact_run, figure_tables, kept_series
 from edgeml.config import load_config
+from edgeml.errors import UserError
 from edgeml.rundir import find_runs, load_run, load_runs
 from edgeml.runner import run
 
@@ -36,28 +40,31 @@ def _ssp_run(tmp_path: Path) -> Path:
     return path
 
 
-def test_a_compacted_run_loads_as_it_was_written(tmp_path):
+def test_a_compacted_run_is_one_archive_and_loads_as_it_was_written(tmp_path):
     written = _ssp_run(tmp_path)
     compacted = tmp_path / "compacted" / "ssp"
     shutil.copytree(written, compacted)
     compact_run(compacted)
 
-    names = set(_files(compacted))
-    assert {"evals.csv.gz", "nodes.csv.gz", "messages.csv.gz", "series/staleness.csv.gz",
-            "series/decisions.csv.gz", "summary.json", "config.toml", "meta.json"} <= names
-    assert not [n for n in names if n.endswith(".csv")] and "series/probe.csv.gz" not in names  # unread: gone
-    with gzip.open(compacted / "series" / "staleness.csv.gz", "rt", newline="") as f:
-        assert f.readline() == "staleness\r\n"   # the only column its figure reads
-    assert (compacted / rundir.SUMMARY).read_bytes() == (written / rundir.SUMMARY).read_bytes()
+    assert os.listdir(compacted) == [rundir.ARCHIVE]
+    inside = rundir.files(compacted)
+    assert set(inside) == {"config.toml", "meta.json", "summary.json", "evals.csv", "nodes.csv",
+                           "series/staleness.csv", "series/decisions.csv"}  # no messages.csv, no probe series
+    assert inside["series/staleness.csv"].startswith(b"staleness\r\n")   # the only column its figure reads
+    for name in ("summary.json", "config.toml", "meta.json", "evals.csv", "nodes.csv", "series/decisions.csv"):
+        assert inside[name] == (written / name).read_bytes(), name   # kept byte for byte
 
     a, b = load_run(written), load_run(compacted)
+    assert (a.summary, a.config, a.meta()) == (b.summary, b.config, b.meta())
     pd.testing.assert_frame_equal(a.evals, b.evals)
-    for name in (rundir.NODES, rundir.MESSAGES, "series/decisions.csv"):
+    for name in (rundir.NODES, "series/decisions.csv"):
         pd.testing.assert_frame_equal(a.table(name), b.table(name))
+    assert b.table(rundir.MESSAGES, required=False) is None
     stale = b.table("series/staleness.csv")
     assert list(stale.columns) == ["staleness"] and len(stale) > 10
     pd.testing.assert_frame_equal(a.table("series/staleness.csv")[["staleness"]], stale)
     assert a.decided("rate") == b.decided("rate") == 0.5
+    assert rundir.finished_status(compacted) == rundir.finished_status(written) == "completed"
 
     # everything the tables, figures and claims are built from is the same
     ra, rb = load_runs([str(written)]), load_runs([str(compacted)])
@@ -78,28 +85,65 @@ def test_compacting_is_deterministic_and_once_is_enough(tmp_path):
     first = _files(one)
     compact_run(one)                       # again: nothing changes
     assert _files(one) == first
-    compact_run(two)                       # elsewhere: the same bytes (no name or time in the gzip headers)
+    os.utime(two / "evals.csv", (0, 0))    # elsewhere, at another time: the same bytes (no time in the archive)
+    compact_run(two)
     assert _files(two) == first
 
 
+def test_a_run_in_the_former_compacted_form_reads_and_compacts_alike(tmp_path):
+    """Runs compacted before the archive hold each CSV table gzip-compressed (``<name>.csv.gz``) beside their
+    JSON and TOML files: they read as they did, and compact to the archive a fresh run compacts to."""
+    written = _ssp_run(tmp_path)
+    fresh, former = tmp_path / "fresh", tmp_path / "former"
+    shutil.copytree(written, fresh)
+    shutil.copytree(written, former)
+    for p in [*former.glob("*.csv"), *former.glob("series/*.csv")]:
+        p.with_name(p.name + ".gz").write_bytes(gzip.compress(p.read_bytes()))
+        p.unlink()
+    pd.testing.assert_frame_equal(load_run(former).evals, load_run(written).evals)
+    assert find_runs([str(former)]) == [former.resolve()]
+    compact_run(fresh)
+    compact_run(former)
+    assert _files(former) == _files(fresh)
+
+
 def test_a_compaction_cut_short_leaves_a_readable_run(tmp_path):
-    """The CSV goes only once its compressed copy is complete; where both are there the CSV is read."""
+    """The archive is written aside and put in place whole; the loose files go only once it is there, and
+    where both hold a file the loose one is read."""
     written = _ssp_run(tmp_path)
-    with open(written / rundir.EVALS, "rb") as f:
-        (written / f"{rundir.EVALS}.gz").write_bytes(gzip.compress(f.read()[:40]))   # a torn copy
-    assert rundir.table_path(written, rundir.EVALS) == written / rundir.EVALS
+    whole = tmp_path / "whole"
+    shutil.copytree(written, whole)
+    compact_run(whole)
+    archive = (whole / rundir.ARCHIVE).read_bytes()
     full = load_run(written).evals
-    compact_run(written)
-    assert not (written / rundir.EVALS).exists()
+    (written / f"{rundir.ARCHIVE}.tmp").write_bytes(archive[:200])    # cut short while writing the archive
     pd.testing.assert_frame_equal(load_run(written).evals, full)
+    (written / rundir.ARCHIVE).write_bytes(archive)                   # ... or while deleting the loose files
+    (written / rundir.SUMMARY).unlink()
+    (written / rundir.EVALS).write_text("time_s,loss\n")             # a loose file comes first
+    assert rundir.read_file(written, rundir.EVALS) == b"time_s,loss\n"
+    (written / rundir.EVALS).unlink()
+    pd.testing.assert_frame_equal(load_run(written).evals, full)
+    compact_run(written)
+    assert os.listdir(written) == [rundir.ARCHIVE]
+    assert _files(written) == _files(whole)
 
 
-def test_runs_with_only_compressed_tables_are_found(tmp_path):
+def test_a_damaged_archive_is_one_clear_error(tmp_path):
     written = _ssp_run(tmp_path)
     compact_run(written)
-    (written / rundir.SUMMARY).unlink()        # found by its evaluations alone, as an unfinished run is
+    (written / rundir.ARCHIVE).write_bytes(b"not a zip file")
+    assert rundir.finished_status(written) is None
+    with pytest.raises(UserError, match="unreadable file .*re-run it"):
+        load_run(written)
+
+
+def test_compacted_runs_are_found(tmp_path):
+    written = _ssp_run(tmp_path)
+    compact_run(written)
     assert find_runs([str(tmp_path / "runs")]) == [written.resolve()]
     assert find_runs([str(tmp_path)], recursive=True) == [written.resolve()]
+    assert [r.path for r in load_runs([str(tmp_path / "runs")])] == [written.resolve()]
 
 
 def test_the_kept_series_are_the_ones_the_analysis_reads():

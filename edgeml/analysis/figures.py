@@ -160,7 +160,7 @@ def kept_series() -> dict[str, tuple[str, ...] | None]:
 
 def compact_run(path: Path) -> None:
     """Shrink a finished run directory to what the tables, figures and claims read of it, as ``edgeml
-    reproduce`` keeps its runs: its tables and the kept series gzip-compressed, other series deleted
+    reproduce`` keeps its runs: its files and the kept series packed into ``run.zip``, other series left out
     (``edgeml.rundir.compact``, ``kept_series``)."""
     rundir.compact(path, kept_series())
 

@@ -15,7 +15,6 @@ Estimated core-seconds per run (a rough guide for choosing ``--jobs`` and a mach
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,7 +45,7 @@ class PlanRow:
 
 def _cpu_s(path: Path) -> float | None:
     try:
-        value = json.loads((path / rundir.META).read_text()).get("cpu_s")
+        value = rundir.read_json(path, rundir.META).get("cpu_s")
     except (OSError, ValueError):
         return None
     return float(value) if isinstance(value, (int, float)) else None

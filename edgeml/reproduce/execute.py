@@ -4,7 +4,7 @@ A run whose directory holds a finished run of exactly its configuration is kept 
 ``--only`` does not select it); every other selected run runs, after its old directory is deleted. A finished
 run is deleted only with ``--force``, and a folder reproduce did not write is never cleared. A run that fails
 is recorded and the others go on. A finished run, run now or kept, is compacted to what the report reads of it
-(its CSV tables gzipped, the series no figure or claim reads deleted: ``_record``). The runs go through
+(packed into one archive, ``run.zip``, without the series no figure or claim reads: ``_record``). The runs go through
 ``edgeml.runner.run``, looked up at each call (tests replace it).
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
 import shutil
 import time
 import traceback
@@ -60,16 +59,14 @@ def finished(path: Path, cfg, quick: bool) -> bool:
     configuration keeps it at its default: a setting is added with the default that does what edgeml did
     before, so a reproduction spanning sessions keeps its finished runs; unless the new default changed what
     edgeml does (``schema.FORMER_DEFAULTS``): the run lacking it did what that value does."""
-    from edgeml.config import read_toml
     from edgeml.schema import FORMER_DEFAULTS
 
     def comparable(config: dict) -> dict:
         return {**config, "run": {k: v for k, v in config.get("run", {}).items() if k != "out"}}
 
     try:
-        done = json.loads((path / rundir.SUMMARY).read_text())
-        tag = json.loads((path / rundir.EXPERIMENT).read_text())
-        old, new = read_toml(path / rundir.CONFIG), rundir.toml_safe(cfg.to_dict())
+        done, tag = rundir.read_json(path, rundir.SUMMARY), rundir.read_json(path, rundir.EXPERIMENT)
+        old, new = rundir.read_config(path), rundir.toml_safe(cfg.to_dict())
         defaults = _defaults(cfg.run.algorithm)
         for section, values in new.items():
             if isinstance(values, dict) and isinstance(old.get(section), dict):
@@ -292,13 +289,13 @@ def run_one(paper: str, w: Work, path: Path, quick: bool) -> str | None:
 def _record(p: PlannedRun, path: Path, ran: bool, progress: Progress, head: str) -> str | None:
     """A run that ran or was kept: None (done) when its status is a finished one, else the failure reason.
 
-    A finished run is compacted to what the tables, figures and claims read of it (its CSV tables gzipped, the
-    series no figure or claim reads deleted: ``edgeml.analysis.figures.compact_run``), so that a reproduction,
+    A finished run is compacted to what the tables, figures and claims read of it (packed into ``run.zip``
+    without the series no figure or claim reads: ``edgeml.analysis.figures.compact_run``), so that a reproduction,
     the committed ones in ``results/`` among them, holds no bulk nobody reads; a failed run is left as it is
     for its post-mortem. ``edgeml run`` writes every series in full, as plain CSV."""
     from edgeml.analysis.figures import compact_run
 
-    s = json.loads((path / rundir.SUMMARY).read_text())
+    s = rundir.read_json(path, rundir.SUMMARY)
     if s.get("status") not in rundir.FINISHED:
         _say(progress, f"{head}: FAILED: {s.get('status')} ({s.get('stop_reason')})", style="red")
         return f"status {s.get('status')}: {s.get('stop_reason')}"
