@@ -483,10 +483,15 @@ def test_diagnoses_are_parsed_strictly():
            "diagnosis": {"cause": "budget", "text": "the runs stop before BSP settles", "ablations": ["r-long"]}}
     c = parse_claim(raw, "x.toml", "b")
     assert c.headline and c.diagnosis.cause == "budget" and c.diagnosis.ablations == ("r-long",)
+    pair = {**raw["diagnosis"], "ablations": ["r-long", "r-net vs b-net"]}
+    assert parse_claim({**raw, "diagnosis": pair}, "x.toml", "b").diagnosis.pairs == [("r-long", None),
+                                                                                       ("r-net", "b-net")]
     for bad, message in (({"cause": "luck", "text": "x"}, "cause = 'luck': choose one of setting"),
                          ({"cause": "budget"}, "needs text"),
                          ({"cause": "budget", "text": "x", "runs": []}, "unknown key 'runs'"),
                          ({"cause": "budget", "text": "x", "ablations": "r"}, "list of run names"),
+                         ({"cause": "budget", "text": "x", "ablations": ["a vs b vs c"]}, "pairs \"run vs baseline"),
+                         ({"cause": "budget", "text": "x", "ablations": [" vs b"]}, "list of run names"),
                          ("budget", "must be a table")):
         with pytest.raises(UserError, match=message):
             parse_claim({**raw, "diagnosis": bad}, "x.toml", "b")

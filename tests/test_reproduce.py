@@ -453,7 +453,10 @@ def test_a_diagnosis_in_the_experiment_file_appears_in_the_report_and_the_scoreb
         'run = "bsp[cluster.hetero=H=1]"\nkind = "value"\nop = ">="\npaper_value = 1.5\n'
         'diagnosis = { cause = "claim", text = "no accuracy exceeds 1", ablations = ["ssp-tight"] }\n'
         '\n[[claims]]\ntext = "SSP ends above certainty"\nmetric = "final_accuracy"\nrun = "ssp-tight"\n'
-        'kind = "value"\nop = ">="\npaper_value = 1.5\n')
+        'kind = "value"\nop = ">="\npaper_value = 1.5\n'
+        '\n[[claims]]\ntext = "tighter is far slower"\nmetric = "final_accuracy"\nrun = "ssp-tight"\n'
+        'baseline = "bsp[cluster.hetero=H=1]"\nkind = "ratio"\npaper_value = 100\n'
+        'diagnosis = { cause = "claim", text = "x", ablations = ["bsp[cluster.hetero=1:3] vs ssp-tight"] }\n')
     (tmp_path / "diagnosed.toml").write_text(text)
     out = reproduce(str(tmp_path / "diagnosed.toml"), quick=True, out=tmp_path / "results" / "toy", seeds=[0, 1])
     report = (out / "REPORT.md").read_text()
@@ -466,6 +469,9 @@ def test_a_diagnosis_in_the_experiment_file_appears_in_the_report_and_the_scoreb
     assert re.search(r"  - ablation `ssp-tight`: SSP: final accuracy \d+% \(does not hold with it in the "
                      r"claim's place\)\.", report), report
     assert "- *SSP ends above certainty*: **not yet diagnosed**." in report
+    # an ablation of both sides of a comparison: the pair decided in the claim's place
+    assert re.search(r"  - ablation `bsp\[cluster.hetero=1:3\] vs ssp-tight`: BSP \(hetero=1:3\): final accuracy "
+                     r"\S+ of SSP's \(\w+ with it in the claim's place\)\.", report), report
     assert "**What ran** (read from the runs behind this report): 6 runs on the sim backend: digits with mlp, " \
            "2 workers." in report
     rows = {r["claim"]: r for r in csv.DictReader((out / "verdicts.csv").open())}

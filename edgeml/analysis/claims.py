@@ -33,7 +33,9 @@ Every claim may also say:
   decided on (default: the experiment's); ``window`` the number of evaluations the ``smoothed`` rule averages.
 - ``diagnosis = {cause = "...", text = "...", ablations = ["run", ...]}``: why a claim does not read holds,
   in one of the four ``CAUSES``, with the runs that test the cause (each is decided as the claim with the
-  ablation in place of the claim's run, and its measured effect is reported beside the diagnosis).
+  ablation in place of the claim's run, and its measured effect is reported beside the diagnosis). A claim that
+  compares two runs names an ablation of both as ``"run vs baseline"`` (``"ssp-network vs bsp-network"``): the
+  claim decided on that pair (``Diagnosis.pairs``).
 
 How a claim is decided on runs is ``edgeml.analysis.verdicts``.
 """
@@ -64,6 +66,8 @@ CAUSES = {"setting": "the paper's setting differs",
           "claim": "the claim does not hold as far as we can tell"}
 """A diagnosis's cause: why a claim does not read holds."""
 DIAGNOSIS_KEYS = {"cause", "text", "ablations"}
+ABLATION_VS = " vs "
+"""Joins an ablation's run and baseline: ``"ssp-network vs bsp-network"``."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,13 @@ class Diagnosis:
     @property
     def cause_text(self) -> str:
         return CAUSES[self.cause]
+
+    @property
+    def pairs(self) -> list[tuple[str, str | None]]:
+        """Each ablation as (run, baseline): the runs it puts in the claim's place (baseline None: the claim's
+        own)."""
+        return [(a.split(ABLATION_VS)[0].strip(), a.split(ABLATION_VS)[1].strip() if ABLATION_VS in a else None)
+                for a in self.ablations]
 
 
 @dataclass(frozen=True)
@@ -225,6 +236,9 @@ def parse_diagnosis(raw, bad) -> Diagnosis | None:
                   f"({'; '.join(f'{k}: {v}' for k, v in CAUSES.items())})")
     if not isinstance(text, str) or not text.strip() or "\n" in text.strip():
         raise bad("a diagnosis needs text: one line saying how (the setting that differs, where we depart...)")
-    if not (isinstance(ablations, list) and all(isinstance(a, str) and a for a in ablations)):
-        raise bad("diagnosis ablations must be a list of run names, e.g. ablations = [\"adsp-unbiased\"]")
+    if not (isinstance(ablations, list) and all(isinstance(a, str) and a.strip() and a.count(ABLATION_VS) <= 1
+                                                 and all(n.strip() for n in a.split(ABLATION_VS))
+                                                 for a in ablations)):
+        raise bad("diagnosis ablations must be a list of run names, or of pairs \"run vs baseline\", e.g. "
+                  "ablations = [\"adsp-unbiased\"]")
     return Diagnosis(cause, text.strip(), tuple(ablations))

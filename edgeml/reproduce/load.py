@@ -316,7 +316,7 @@ def load_experiment(paper: str) -> Experiment:
     claims = [parse_claim(c, where, baseline) for c in doc.get("claims", [])]
     names = [r.name for r in runs]
     for c in claims:
-        for a in c.diagnosis.ablations if c.diagnosis else ():
+        for a in [n for pair in c.diagnosis.pairs for n in pair if n] if c.diagnosis else ():
             if a.split("[", 1)[0] not in names:
                 raise UserError(f"{where}: claim {c.text!r}: its diagnosis names ablation {a!r}, which is no run "
                                 f"of this experiment: add it as a [[runs]] entry or choose among {', '.join(names)}")

@@ -167,7 +167,7 @@ def check_claims(exp: Experiment, runs: list[Run], cmp: Comparison, planned: lis
     figure group it is reported in. A claim on a target is also read by the other arrival rule
     (``OTHER_RULE``: first reach beside stays), reported where the two disagree by more than one evaluation
     interval on some run (``_other_rule``); a claim's diagnosis's ablations are decided as the claim with each
-    in place of its run."""
+    in place of its run (and baseline: ``Diagnosis.pairs``)."""
     targets = {c: claim_targets(exp, c, cmp) for c in exp.claims}
     others = {t: replace(t, rule=OTHER_RULE[t.rule]) for ts in targets.values() for t in ts if t.rule in OTHER_RULE}
     samples = claim_samples(runs, cmp.per_run, [c.metric for c in exp.claims],
@@ -175,13 +175,13 @@ def check_claims(exp: Experiment, runs: list[Run], cmp: Comparison, planned: lis
     names = exp.run_names()
     results = []
     for c in exp.claims:
-        ablations = [replace(c, run=a, diagnosis=None, headline=False) for a in (c.diagnosis.ablations
-                                                                                 if c.diagnosis else ())]
+        ablations = [(a, replace(c, run=run, baseline=base or c.baseline, diagnosis=None, headline=False))
+                     for a, (run, base) in zip(c.diagnosis.ablations, c.diagnosis.pairs)] if c.diagnosis else []
         for t in targets[c] or [None]:
             key = t.key if t else ""
             # read once per claim and target: a swept claim's points each pick theirs
             by_other = evaluate(c, samples, others[t].key, names=names) if t in others else []
-            by_ablation = [(a.run, x) for a in ablations for x in evaluate(a, samples, key, names=names)]
+            by_ablation = [(name, x) for name, a in ablations for x in evaluate(a, samples, key, names=names)]
             for r in evaluate(c, samples, key, names=names):
                 other = _other_rule(c, r, samples, t, others.get(t), by_other) if t else ""
                 abl = tuple((run, x.words or x.measured, x.verdict) for run, x in by_ablation
