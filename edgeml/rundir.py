@@ -330,22 +330,32 @@ def compact(path: Path, series: dict[str, tuple[str, ...] | None]) -> None:
     ``series``; a series named there with columns (the ones the analysis reads, where those are all a
     reproduction keeps) is cut to them, each kept column keeping its text, so every table, figure and claim
     reads what it read before. Members are deflated, sorted, and carry no time, so a run compacts to the same
-    bytes wherever it ran; compacting again changes nothing. The archive replaces the loose files only once it
-    is complete: a compaction cut short leaves them, which the reader prefers (``read_file``)."""
+    bytes wherever it ran; compacting again changes nothing (a run that is its archive alone is only checked
+    for what is no longer read). The archive replaces the loose files only once it is complete: a compaction cut
+    short leaves them, which the reader prefers (``read_file``)."""
+
+    def unread(name: str) -> bool:
+        return name in DROPPED or (name.startswith(f"{SERIES}/") and _series_name(name) not in series)
+
+    archive = path / ARCHIVE
+    if [p.name for p in path.iterdir()] == [ARCHIVE]:  # compacted before: done unless it holds what is unread now
+        try:
+            with zipfile.ZipFile(archive) as z:
+                if not any(unread(n) for n in z.namelist()):
+                    return
+        except zipfile.BadZipFile as exc:
+            raise OSError(f"{archive}: {exc}") from None
     kept: dict[str, bytes] = {}
     for name, data in files(path).items():
-        stem = name.removeprefix(f"{SERIES}/").removesuffix(".csv")
-        if name in DROPPED or (name.startswith(f"{SERIES}/") and stem not in series):
-            continue
-        columns = series.get(stem) if name.startswith(f"{SERIES}/") else None
-        kept[name] = _cut_columns(data, columns) if columns else data
+        if not unread(name):
+            columns = series.get(_series_name(name)) if name.startswith(f"{SERIES}/") else None
+            kept[name] = _cut_columns(data, columns) if columns else data
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
         for name, data in kept.items():
             info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
             info.compress_type, info.create_system, info.external_attr = zipfile.ZIP_DEFLATED, 3, 0o644 << 16
             z.writestr(info, data, compresslevel=9)
-    archive = path / ARCHIVE
     if not archive.is_file() or archive.read_bytes() != buf.getvalue():
         tmp = path / f"{ARCHIVE}.tmp"
         tmp.write_bytes(buf.getvalue())
@@ -355,6 +365,11 @@ def compact(path: Path, series: dict[str, tuple[str, ...] | None]) -> None:
             p.unlink()
         elif p.is_dir() and not any(p.iterdir()):
             p.rmdir()
+
+
+def _series_name(name: str) -> str:
+    """``series/staleness.csv`` -> ``staleness``."""
+    return name.removeprefix(f"{SERIES}/").removesuffix(".csv")
 
 
 def _cut_columns(data: bytes, columns: tuple[str, ...]) -> bytes:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import os
 import shutil
+import zipfile
 from pathlib import Path
 
 import pandas as pd
@@ -86,6 +87,11 @@ def test_compacting_is_deterministic_and_once_is_enough(tmp_path):
     compact_run(one)                       # again: nothing changes
     assert _files(one) == first
     os.utime(two / "evals.csv", (0, 0))    # elsewhere, at another time: the same bytes (no time in the archive)
+    compact_run(two)
+    assert _files(two) == first
+    with zipfile.ZipFile(two / rundir.ARCHIVE, "a") as z:   # a series no figure reads any more: dropped
+        z.writestr("series/probe.csv", "time_s,depth\n0.5,3\n")
+    assert "series/probe.csv" in rundir.files(two)
     compact_run(two)
     assert _files(two) == first
 

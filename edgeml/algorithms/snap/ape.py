@@ -17,7 +17,7 @@ parameter is sent (SNAP-0, Sec. V).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     import torch
@@ -48,7 +48,7 @@ class APESchedule:
     hold: int = 10
     shrink: float = 0.9
     growth: float = 1.01
-    rule: str = "fixed"
+    rule: Literal["fixed", "ape"] = "fixed"
     ape: float = 0.0
     stage_iterations: int = 0
     stages: int = 0
