@@ -44,14 +44,14 @@ for spec in "asgd 0.3 0.1" "comp_asgd 0.3 0.1" "adacomp 0.03 0.01"; do
   [ "$method" != asgd ] && extra=(--set "$method.c=0.01")
   for lr in "$@"; do
     name="$method-$method.lr=$lr"
-    if [ -f "$out/runs/$name/summary.json" ]; then echo "$name: kept"; continue; fi
+    if [ -f "$out/runs/$name/run.zip" ]; then echo "$name: kept"; continue; fi
     rm -rf "$out/runs/$name"
     "$python" -m edgeml run "$method" -c "$config" --set "$method.lr=$lr" "${extra[@]}" --out "$out/runs" \
       --name "$name" -q
   done
 done
-# keep what the comparison reads, as edgeml reproduce keeps its runs: the CSV tables gzipped (read as the CSVs
-# are), the series no figure or claim reads deleted (edgeml.rundir.compact); a run compacts once
+# keep what the comparison reads, as edgeml reproduce keeps its runs: one archive, run.zip (read as the folder
+# is), without the series no figure or claim reads (edgeml.rundir.compact); a run compacts once
 "$python" - "$out"/runs/*/ <<'PY'
 import sys
 from pathlib import Path

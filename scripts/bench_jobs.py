@@ -19,6 +19,8 @@ from pathlib import Path
 
 from _bench import ROOT, record
 
+from edgeml import rundir
+
 TARGET = 1.8
 
 
@@ -35,12 +37,15 @@ def same_results(a: Path, b: Path) -> dict[str, bool]:
     def files(out: Path, pattern: str) -> dict[str, bytes]:
         return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.glob(pattern))}
 
+    def evals(out: Path) -> dict[str, bytes | None]:
+        return {run.name: rundir.read_file(run, rundir.EVALS) for run in sorted((out / "runs").iterdir())}
+
     def report(out: Path) -> list[str]:
         return [x for x in (out / "REPORT.md").read_text().splitlines() if "edgeml reproduce" not in x]
 
     return {"compare tables": files(a, "compare*.csv") == files(b, "compare*.csv"),
             "REPORT.md": report(a) == report(b),
-            "runs' evaluations": files(a, "runs/*/evals.csv*") == files(b, "runs/*/evals.csv*")}
+            "runs' evaluations": evals(a) == evals(b)}
 
 
 def main() -> None:

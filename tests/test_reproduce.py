@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from edgeml import cli
+from edgeml import cli, rundir
 from edgeml.errors import UserError
 from edgeml.reproduce import reproduce
 from edgeml.reproduce.load import load_experiment
@@ -59,6 +59,23 @@ def toy(tmp_path):
     path = tmp_path / "toy.toml"
     path.write_text(EXPERIMENT)
     return str(path)
+
+
+def unpack(run: Path) -> Path:
+    """A compacted run (``run.zip``) as loose files again, as a run never compacted, so that a test can edit or
+    delete one of them; returns ``run``."""
+    for name, data in rundir.files(run).items():
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).write_bytes(data)
+    (run / rundir.ARCHIVE).unlink(missing_ok=True)
+    return run
+
+
+def finished_runs(out: Path) -> list[str]:
+    """The names of the finished runs in a reproduction's output folder, compacted or not."""
+    runs = out / "runs"
+    return sorted(p.name for p in runs.iterdir() if rundir.finished_status(p) in rundir.FINISHED) \
+        if runs.is_dir() else []
 
 
 def edit(tmp_path, toy: str, old: str, new: str, name: str = "edited.toml") -> str:
@@ -182,15 +199,18 @@ def test_quick_baselines_reproduction(tmp_path):
     out = tmp_path / "out"
     result = CliRunner().invoke(cli.app, ["reproduce", "baselines", "--quick", "--seeds", "0,1", "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert "[6/6]" in result.output and "REPORT.md" in result.output
-    assert "[1/6] bsp seed 0: running bsp (sim)" in result.output  # not a terminal: each run said as it starts
+    assert "[10/10]" in result.output and "REPORT.md" in result.output
+    assert "[1/10] bsp seed 0: running bsp (sim)" in result.output  # not a terminal: each run said as it starts
 
     table = pd.read_csv(out / "compare.csv").set_index("run")
-    assert list(table.index) == ["bsp", "ssp", "asp"] and set(table["seeds"]) == {2}
+    assert list(table.index) == ["bsp", "ssp", "asp", "bsp-network", "ssp-network"] and set(table["seeds"]) == {2}
     assert table.loc["bsp", "speedup"] == 1.0
     # Under 1:1:3, BSP's two fast workers block two thirds of the time: 4/9 of all worker time is not compute.
     assert table.loc["bsp", "noncompute_fraction"] == pytest.approx(4 / 9, abs=0.03)
     assert table.loc["asp", "noncompute_fraction"] < 0.05
+    # the ablation: transfers that take time add to the barrier's share, the paper's "waiting time"
+    assert table.loc["bsp-network", "noncompute_fraction"] > table.loc["bsp", "noncompute_fraction"] + 0.05
+    assert table.loc["bsp-network", "comm_fraction"] > 0.05 == table.loc["bsp", "comm_fraction"] + 0.05
 
     for name in ("convergence_time", "convergence_steps", "convergence_bytes", "bars", "time_breakdown",
                  "throughput", "staleness"):
@@ -214,7 +234,7 @@ def test_quick_baselines_reproduction(tmp_path):
 
     # The table is rebuilt from the run directories alone, with the experiment's run names.
     runs = load_runs([str(out)])
-    assert sorted({r.label for r in runs}) == ["asp", "bsp", "ssp"] and len(runs) == 6
+    assert sorted({r.label for r in runs}) == ["asp", "bsp", "bsp-network", "ssp", "ssp-network"] and len(runs) == 10
     again = CliRunner().invoke(cli.app, ["compare", str(out / "runs"), "--target-accuracy", "0.85"])
     assert again.exit_code == 0 and "speedup vs bsp" in again.output
 
@@ -224,34 +244,35 @@ def test_finished_runs_are_never_deleted_without_force(tmp_path, toy):
     out = tmp_path / "out"
     reproduce(toy, quick=True, out=out, seeds=[0])
     runs = out / "runs"
-    kept = runs / "ssp-tight-s0"
-    before = (kept / "summary.json").stat().st_mtime_ns
+    kept = runs / "ssp-tight-s0" / rundir.ARCHIVE
+    before = kept.stat().st_mtime_ns
     args = ["reproduce", toy, "--quick", "--seeds", "0", "--out", str(out)]
     refused = CliRunner().invoke(cli.app, args)
     assert refused.exit_code == 2 and "holds 3 finished run(s)" in refused.output and "--force" in refused.output
-    assert (kept / "summary.json").stat().st_mtime_ns == before
+    assert kept.stat().st_mtime_ns == before
     # --resume keeps what is finished with the same configuration and runs the rest
-    (runs / "bsp_cluster.hetero=1_3-s0" / "summary.json").unlink()   # as if stopped during this run
+    (unpack(runs / "bsp_cluster.hetero=1_3-s0") / "summary.json").unlink()   # as if stopped during this run
     result = CliRunner().invoke(cli.app, [*args, "--resume"])
     assert result.exit_code == 0, result.output
     assert "ssp-tight seed 0 (kept)" in result.output and result.output.count("(kept)") == 2
-    assert (kept / "summary.json").stat().st_mtime_ns == before
-    assert (runs / "bsp_cluster.hetero=1_3-s0" / "summary.json").exists()
+    assert kept.stat().st_mtime_ns == before
+    assert "bsp_cluster.hetero=1_3-s0" in finished_runs(out)
     # a finished run whose configuration changed would be replaced: that too needs --force
-    changed = runs / "bsp_cluster.hetero=H=1-s0" / "config.toml"
-    changed.write_text(changed.read_text().replace("max_time = 2", "max_time = 1"))
+    changed = unpack(runs / "bsp_cluster.hetero=H=1-s0")
+    (changed / "config.toml").write_text((changed / "config.toml").read_text().replace("max_time = 2",
+                                                                                      "max_time = 1"))
     refused = CliRunner().invoke(cli.app, [*args, "--resume"])
     assert refused.exit_code == 2 and "holds 1 finished run(s)" in refused.output
-    assert "max_time = 1" in changed.read_text()
+    assert "max_time = 1" in rundir.read_file(changed, "config.toml").decode()
     result = CliRunner().invoke(cli.app, [*args, "--resume", "--force"])
     assert result.exit_code == 0, result.output
-    assert "max_time = 2" in changed.read_text() and (kept / "summary.json").stat().st_mtime_ns == before
+    assert "max_time = 2" in rundir.read_file(changed, "config.toml").decode() and kept.stat().st_mtime_ns == before
     stray = runs / "from-an-older-experiment-s0"
     stray.mkdir()
     (stray / "summary.json").write_text('{"status": "completed"}')
     result = CliRunner().invoke(cli.app, [*args, "--force"])          # --force runs everything again
     assert result.exit_code == 0, result.output
-    assert (kept / "summary.json").stat().st_mtime_ns != before
+    assert kept.stat().st_mtime_ns != before
     assert "1 run directories" in result.output and "no run of this experiment" in result.output
     assert stray.is_dir() and len(pd.read_csv(out / "compare.csv")) == 3  # left alone, and out of the tables
 
@@ -275,7 +296,7 @@ def test_a_failed_run_is_recorded_and_the_others_go_on(tmp_path, toy, monkeypatc
     assert "## Failed runs" in report
     assert "| bsp[cluster.hetero=1:3] | 0 | RuntimeError: run failed: worker 1 raised KeyError: 'w'" in report
     assert len(pd.read_csv(out / "compare.csv")) == 2          # the others are in the table
-    assert (out / "runs" / "ssp-tight-s0" / "summary.json").exists()
+    assert "ssp-tight-s0" in finished_runs(out)
     monkeypatch.setattr(edgeml.runner, "run", real)
     result = CliRunner().invoke(cli.app, ["reproduce", toy, "--quick", "--seeds", "0", "--out", str(out), "--resume"])
     assert result.exit_code == 0, result.output                # the failed run is run again, the rest kept
@@ -307,7 +328,7 @@ def test_figure_groups_claims_and_against_panels(tmp_path, toy):
     assert "|  | <= 100 s | cluster.hetero=1:3; accuracy>=0.5 | 2 |" in f2
     assert "**toy.txt Fig. 2: test loss and accuracy" in f2 and "![against_cluster.hetero]" in f2
     assert "## Fig. 9: BSP alone" in report
-    tag = json.loads((out / "runs" / "bsp_cluster.hetero=1_3-s0" / "experiment.json").read_text())
+    tag = rundir.read_json(out / "runs" / "bsp_cluster.hetero=1_3-s0", rundir.EXPERIMENT)
     assert tag == {"paper": "toy", "run": "bsp[cluster.hetero=1:3]", "spec": "bsp",
                    "point": {"cluster.hetero": "1:3"}, "seed": 0, "quick": True}
 
@@ -324,11 +345,11 @@ def test_only_runs_the_matching_runs_and_keeps_the_rest(tmp_path, toy):
     assert list(pd.read_csv(out / "compare.csv")["run"]) == ["ssp-tight"]
     assert "not measured: no run 'bsp[cluster.hetero=H=1]'" in (out / "REPORT.md").read_text()
     # then the BSP runs, named as their swept entry: the SSP run is kept, and the table covers all three
-    before = (out / "runs" / "ssp-tight-s0" / "summary.json").stat().st_mtime_ns
+    before = (out / "runs" / "ssp-tight-s0" / rundir.ARCHIVE).stat().st_mtime_ns
     result = CliRunner().invoke(cli.app, [*args, "--only", "bsp"])
     assert result.exit_code == 0, result.output
     assert "ssp-tight seed 0 (kept)" in result.output
-    assert (out / "runs" / "ssp-tight-s0" / "summary.json").stat().st_mtime_ns == before
+    assert (out / "runs" / "ssp-tight-s0" / rundir.ARCHIVE).stat().st_mtime_ns == before
     assert len(pd.read_csv(out / "compare.csv")) == 3
     result = CliRunner().invoke(cli.app, [*args, "--only", "nothing*"])
     assert result.exit_code == 2 and "--only 'nothing*' matches no run of toy" in result.output
@@ -412,7 +433,9 @@ def test_a_setting_added_after_a_run_keeps_it_only_at_its_default(tmp_path, toy)
     out = tmp_path / "out"
     reproduce(toy, quick=True, out=out, seeds=[0])
     runs = out / "runs"
-    before = {p.name: (p / "summary.json").stat().st_mtime_ns for p in runs.iterdir()}
+    before = {p.name: rundir.read_file(p, rundir.META) for p in runs.iterdir()}  # a run made again: a new meta
+    for run in runs.iterdir():
+        unpack(run)
     for config in runs.glob("*/config.toml"):  # as if written before data.train_samples existed
         text = config.read_text()
         assert "train_samples = 0\n" in text
@@ -426,7 +449,7 @@ def test_a_setting_added_after_a_run_keeps_it_only_at_its_default(tmp_path, toy)
     result = CliRunner().invoke(cli.app, [*args, "--force"])
     assert result.exit_code == 0, result.output
     assert result.output.count("(kept)") == 2 and "ssp-tight seed 0 (kept)" not in result.output
-    after = {p.name: (p / "summary.json").stat().st_mtime_ns for p in runs.iterdir()}
+    after = {p.name: rundir.read_file(p, rundir.META) for p in runs.iterdir()}
     assert [name for name in before if before[name] != after[name]] == ["ssp-tight-s0"]
 
 
@@ -609,7 +632,7 @@ def test_the_report_shows_what_each_searched_run_settled_on_beside_the_best_fixe
     assert "settled on its `commit_rate`" not in report and "searched its `commit_rate` online" in report
     for seed in (0, 1):
         r = runs[("searched", seed)]
-        d = pd.read_csv(r.path / "series" / "decisions.csv.gz")
+        d = r.table("series/decisions.csv")
         rates = d[d["name"] == "commit_rate"].sort_values("time_s", kind="stable")["value"]
         row = f"| searched | {seed} | {rates.iloc[-1]:.4g} | {rates.mean():.4g} |"
         assert row in report, report

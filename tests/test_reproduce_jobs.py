@@ -18,7 +18,7 @@ from edgeml.reproduce import check, reproduce
 from edgeml.reproduce.load import load_experiment
 from edgeml.reproduce.parallel import needed_cores, reservation
 from edgeml.reproduce.plan import plan
-from test_reproduce import EXPERIMENT, edit  # the toy experiment
+from test_reproduce import EXPERIMENT, edit, finished_runs, unpack  # the toy experiment, and reading its runs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,14 +56,14 @@ def test_jobs_give_the_results_of_a_serial_reproduction(tmp_path, toy):
     assert _files(side, "experiment.json") == _files(serial, "experiment.json")
     assert (side / "compare.csv").read_bytes() == (serial / "compare.csv").read_bytes()
     assert _report(side) == _report(serial)
-    for meta in (side / "runs").glob("*/meta.json"):
-        m = json.loads(meta.read_text())
+    for run in (side / "runs").iterdir():
+        m = rundir.read_json(run, rundir.META)
         assert m["wall_s"] > 0 and m["cpu_s"] > 0
     # --resume after a driver that died mid-way: what did not finish runs again, in parallel
-    (side / "runs" / "ssp-tight-s1" / "summary.json").unlink()
+    (unpack(side / "runs" / "ssp-tight-s1") / "summary.json").unlink()
     result = CliRunner().invoke(cli.app, ["reproduce", toy, "--quick", "--out", str(side), "--jobs", "2", "--resume"])
     assert result.exit_code == 0, result.output
-    assert result.output.count("(kept)") == 5 and (side / "runs" / "ssp-tight-s1" / "summary.json").exists()
+    assert result.output.count("(kept)") == 5 and "ssp-tight-s1" in finished_runs(side)
     assert _files(side, "evals.csv") == _files(serial, "evals.csv")
 
 
@@ -235,13 +235,12 @@ def test_a_killed_driver_leaves_no_run_going_and_resume_finishes_the_rest(tmp_pa
     driver = subprocess.Popen([sys.executable, "-m", "edgeml", *args], env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 180
-    while not list((out / "runs").glob("*/summary.json")) and time.monotonic() < deadline:
+    while not finished_runs(out) and time.monotonic() < deadline:
         time.sleep(0.05)
     running = _descendants(driver.pid)
     driver.kill()
     driver.wait()
-    finished = {name: evals for name, evals in _files(out, "evals.csv").items()
-                if (out / "runs" / name / "summary.json").exists()}
+    finished = {name: evals for name, evals in _files(out, "evals.csv").items() if name in finished_runs(out)}
     assert 1 <= len(finished) < 12
     deadline = time.monotonic() + 15
     while _alive(running) and time.monotonic() < deadline:
@@ -251,7 +250,7 @@ def test_a_killed_driver_leaves_no_run_going_and_resume_finishes_the_rest(tmp_pa
     result = CliRunner().invoke(cli.app, [*args, "--resume"])
     assert result.exit_code == 0, result.output
     assert result.output.count("(kept)") >= len(finished)
-    assert len(list((out / "runs").glob("*/summary.json"))) == 12 and (out / "REPORT.md").exists()
+    assert len(finished_runs(out)) == 12 and (out / "REPORT.md").exists()
     for name, evals in finished.items():  # nothing already finished was run again or lost
         assert _files(out, "evals.csv")[name] == evals
 
@@ -269,7 +268,7 @@ def test_ctrl_c_stops_the_runs_in_order_keeps_the_finished_ones_and_leaves_no_pr
     driver = subprocess.Popen([sys.executable, "-m", "edgeml", *args], env={**os.environ, "PYTHONPATH": str(ROOT)},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 180
-    while not list((out / "runs").glob("*/summary.json")) and time.monotonic() < deadline:
+    while not finished_runs(out) and time.monotonic() < deadline:
         time.sleep(0.05)
     running = _descendants(driver.pid)
     os.killpg(driver.pid, signal.SIGINT)  # the terminal's Ctrl-C: the driver's group, which holds no worker
@@ -280,7 +279,7 @@ def test_ctrl_c_stops_the_runs_in_order_keeps_the_finished_ones_and_leaves_no_pr
     while _alive(running) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(running), "a run outlived the interrupted reproduction"
-    statuses = [json.loads(p.read_text())["status"] for p in (out / "runs").glob("*/meta.json")]
+    statuses = [rundir.finished_status(p) for p in (out / "runs").iterdir()]
     assert "completed" in statuses  # the runs that finished stay finished
     # (a run interrupted as it started was once recorded "failed" in CI: the sim backend's status before its
     # kernel ran; now "interrupted", tested in test_sim.py. Not asserted here, where the interrupt's timing is

@@ -18,8 +18,8 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import pythonpath
-from edgeml import cli
-from test_reproduce import EXPERIMENT  # the toy experiment: 6 quick sim runs of 2 workers
+from edgeml import cli, rundir
+from test_reproduce import EXPERIMENT, finished_runs, unpack  # the toy experiment: 6 quick sim runs of 2 workers
 
 pytest.importorskip("ray")
 
@@ -70,16 +70,15 @@ def _tree(out: Path) -> dict[str, object]:
     """Every file of every run directory: meta.json without its wall-clock fields, config.toml without run.out
     (the output folders differ)."""
     files: dict[str, object] = {}
-    for p in sorted((out / "runs").rglob("*")):
-        if not p.is_file():
-            continue
-        key = str(p.relative_to(out / "runs"))
-        if p.name == "meta.json":
-            files[key] = {k: v for k, v in json.loads(p.read_text()).items() if k not in WALL_CLOCK}
-        elif p.name == "config.toml":
-            files[key] = [line for line in p.read_text().splitlines() if not line.startswith("out = ")]
-        else:
-            files[key] = p.read_bytes()
+    for run in sorted(p for p in (out / "runs").iterdir() if p.is_dir()):
+        for name, data in rundir.files(run).items():
+            key = f"{run.name}/{name}"
+            if name == rundir.META:
+                files[key] = {k: v for k, v in json.loads(data).items() if k not in WALL_CLOCK}
+            elif name == rundir.CONFIG:
+                files[key] = [line for line in data.decode().splitlines() if not line.startswith("out = ")]
+            else:
+                files[key] = data
     return files
 
 
@@ -100,14 +99,14 @@ def test_ray_gives_the_results_of_a_serial_reproduction(tmp_path, toy):
         result = CliRunner().invoke(cli.app, ["reproduce", toy, "--quick", "--out", str(out), *how])
         assert result.exit_code == 0, result.output
         assert "[6/6]" in result.output and result.output.count(": running ") == 6
-    assert len(list((on_ray / "runs").glob("*/summary.json"))) == 6
+    assert len(finished_runs(on_ray)) == 6
     assert _tree(on_ray) == _tree(serial)                                # bit-identical sim runs, same files
     for name in ("compare.csv", "compare_runs.csv", "compare_reach.csv", "compare.md"):
         assert (on_ray / name).read_bytes() == (serial / name).read_bytes(), name
     assert _report(on_ray) == _report(serial)
     assert [p.name for p in (on_ray / "runs").iterdir() if p.name.startswith(".")] == []  # no unpacking left over
     # --resume after a driver that died mid-way: what did not finish runs again, on the cluster
-    (on_ray / "runs" / "ssp-tight-s1" / "summary.json").unlink()
+    (unpack(on_ray / "runs" / "ssp-tight-s1") / "summary.json").unlink()
     result = CliRunner().invoke(cli.app, ["reproduce", toy, "--quick", "--out", str(on_ray), "--cluster", "ray",
                                           "--jobs", "2", "--resume"])
     assert result.exit_code == 0, result.output
@@ -186,7 +185,7 @@ def test_address_joins_a_running_cluster_and_leaves_it_running(tmp_path, toy, mo
         result = CliRunner().invoke(cli.app, ["reproduce", toy, "--quick", "--seeds", "0", "--out", str(out),
                                               "--address", address])
         assert result.exit_code == 0, result.output
-        assert len(list((out / "runs").glob("*/summary.json"))) == 3 and (out / "REPORT.md").exists()
+        assert len(finished_runs(out)) == 3 and (out / "REPORT.md").exists()
         assert head.poll() is None                       # leaving the cluster does not stop it
     finally:
         head.terminate()
@@ -207,15 +206,15 @@ def test_ctrl_c_cancels_the_tasks_keeps_finished_runs_and_leaves_no_process(tmp_
                                   env={**os.environ, "PYTHONPATH": pythonpath(ROOT)}, stdout=log, stderr=log,
                                   start_new_session=True)
     deadline = time.monotonic() + 180
-    while not list((out / "runs").glob("*/summary.json")) and time.monotonic() < deadline:
+    while not finished_runs(out) and time.monotonic() < deadline:
         time.sleep(0.05)
     processes = psutil.Process(driver.pid).children(recursive=True)  # Ray's own and its workers
-    finished = {p.parent.name: p.read_bytes() for p in (out / "runs").glob("*/summary.json")}
+    finished = {name: rundir.read_file(out / "runs" / name, rundir.SUMMARY) for name in finished_runs(out)}
     os.killpg(driver.pid, signal.SIGINT)                 # Ctrl-C at a terminal: the whole foreground group
     assert driver.wait(timeout=60) == 130, (tmp_path / "log.txt").read_text()
     assert 1 <= len(finished) < 9
     for name, summary in finished.items():
-        assert (out / "runs" / name / "summary.json").read_bytes() == summary
+        assert rundir.read_file(out / "runs" / name, rundir.SUMMARY) == summary
     deadline = time.monotonic() + 15
     while _alive(processes) and time.monotonic() < deadline:
         time.sleep(0.2)

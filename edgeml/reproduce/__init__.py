@@ -82,7 +82,8 @@ Experiment file ``experiments/<paper>.toml``::
     rule = "first"               # optional: the arrival rule it is decided on (window = N with "smoothed")
     diagnosis = { cause = "budget", text = "...", ablations = ["adsp-long"] }   # optional: why it does not
                                  # read holds (cause: setting, implementation, budget or claim), with the runs
-                                 # that test it, each decided in the claim's place
+                                 # that test it, each decided in the claim's place ("run vs baseline": an
+                                 # ablation of both sides of a comparison)
 
 Layers merge in this order, later winning key by key: settings, run config, quick, run quick, sweep values,
 then ``run.algorithm``/``run.seed`` (and ``--backend``).
