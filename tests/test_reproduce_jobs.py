@@ -135,6 +135,27 @@ def test_plan_lists_the_runs_and_writes_nothing(tmp_path, toy):
     assert procs.exit_code == 0 and "24 (est.)" in procs.output, procs.output
 
 
+@pytest.mark.slow
+def test_plan_estimates_a_run_by_its_own_finished_seeds_first(tmp_path, toy):
+    """An unfinished seed costs what the same run's finished seeds recorded (``meta.json``'s cpu_s), not the
+    mean over its algorithm, whose other runs may train another model or at another speed."""
+    from edgeml.reproduce.cost import plan_rows
+
+    out = tmp_path / "out"
+    reproduce(toy, quick=True, out=out, seeds=[0])
+    cost = {"bsp_cluster.hetero=H=1-s0": 10.0, "bsp_cluster.hetero=1_3-s0": 30.0, "ssp-tight-s0": 7.0}
+    for name, cpu in cost.items():
+        run = unpack(out / "runs" / name)
+        meta = json.loads((run / "meta.json").read_text())
+        (run / "meta.json").write_text(json.dumps({**meta, "cpu_s": cpu}))
+    planned = plan(load_experiment(toy), quick=True, seeds=[0, 1])
+    rows = {(r.run.name, r.run.seed): r for r in plan_rows(planned, {p.dirname for p in planned}, out, True, 1)}
+    assert rows[("bsp[cluster.hetero=H=1]", 0)].measured and rows[("bsp[cluster.hetero=H=1]", 0)].estimate == 10.0
+    assert rows[("bsp[cluster.hetero=H=1]", 1)].estimate == 10.0      # its own seed 0, not BSP's mean (20)
+    assert rows[("bsp[cluster.hetero=1:3]", 1)].estimate == 30.0
+    assert rows[("ssp-tight", 1)].estimate == 7.0
+
+
 def test_plan_bounds_a_sim_runs_cost_by_the_first_budget_it_meets(tmp_path):
     """A sim run stopped by its step count costs its steps, however long its clock budget (setup 3 s, 5 ms a
     step); by the clock, 0.05 s per worker-second; with neither budget the cost is unknown."""

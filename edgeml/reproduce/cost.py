@@ -4,10 +4,11 @@ Estimated core-seconds per run (a rough guide for choosing ``--jobs`` and a mach
 
 * a run finished in the output folder with the same configuration: the ``cpu_s`` recorded in its
   ``meta.json``;
-* a sim run not finished: the mean recorded ``cpu_s`` of this experiment's finished runs of the same algorithm
-  in the output folder; without any, ``SIM_SETUP_S`` plus the cost of the steps simulated, which the first of
-  its two budgets bounds: ``SIM_CPU_PER_WORKER_S * workers * max_time`` by the clock, ``SIM_CPU_PER_STEP_S *
-  max_steps`` by the step count;
+* a sim run not finished: the mean recorded ``cpu_s`` of the same run's finished seeds in the output folder
+  (the same ``[[runs]]`` entry and sweep point), else of this experiment's finished runs of the same algorithm
+  there (which may train another model); without any, ``SIM_SETUP_S`` plus the cost of the steps simulated,
+  which the first of its two budgets bounds: ``SIM_CPU_PER_WORKER_S * workers * max_time`` by the clock,
+  ``SIM_CPU_PER_STEP_S * max_steps`` by the step count;
 * a procs run: its reserved cores (``parallel.reservation``) times ``max_time + PROCS_SETUP_S`` (its processes
   run on the wall clock for ``stop.max_time``, after starting and calibrating);
 * a run with neither budget (``stop.max_time`` and ``stop.max_steps`` 0) and no measurement: unknown.
@@ -55,7 +56,7 @@ def plan_rows(planned: list[PlannedRun], selected: set[str], out: Path, quick: b
     """One row per planned run with its estimated core-seconds (see the module's docstring)."""
     import copy
 
-    rows, by_algorithm = [], {}
+    rows, by_name, by_algorithm = [], {}, {}
     for p in planned:
         cfg = copy.deepcopy(p.cfg)
         cfg.run.name, cfg.run.out = p.dirname, str(out / "runs")
@@ -63,6 +64,7 @@ def plan_rows(planned: list[PlannedRun], selected: set[str], out: Path, quick: b
         done = finished(path, cfg, quick)
         cpu = _cpu_s(path) if done else None
         if cpu is not None:
+            by_name.setdefault(p.name, []).append(cpu)
             by_algorithm.setdefault(p.algorithm, []).append(cpu)
         rows.append(PlanRow(p, cfg.run.backend, cfg.cluster.workers, float(cfg.stop.max_time), cfg.stop.max_steps,
                             reservation(cfg, jobs), done, p.dirname in selected, cpu, cpu is not None))
@@ -71,8 +73,8 @@ def plan_rows(planned: list[PlannedRun], selected: set[str], out: Path, quick: b
             continue
         if row.backend == "procs":
             row.estimate = row.cores * (row.max_time + PROCS_SETUP_S) if row.max_time else None
-        elif by_algorithm.get(row.run.algorithm):
-            seen = by_algorithm[row.run.algorithm]
+        elif by_name.get(row.run.name) or by_algorithm.get(row.run.algorithm):
+            seen = by_name.get(row.run.name) or by_algorithm[row.run.algorithm]
             row.estimate = sum(seen) / len(seen)
         else:
             bounds = ([SIM_CPU_PER_WORKER_S * row.workers * row.max_time] if row.max_time else []) + \
