@@ -34,8 +34,8 @@ The writer takes plain rows and numbers (the backends turn their node reports in
 summary, ``edgeml.runtime.monitor``); the reader (``Run``, ``load_run``, ``find_runs``, ``load_runs``) is what every
 table and figure is rebuilt from. Which runs ``find_runs`` finds: run directories (with ``summary.json``,
 ``evals.csv`` or ``run.zip``), an experiment's results folder (holding ``runs/`` and ``experiment.toml``), or a
-folder whose direct children are run directories; ``recursive`` searches every folder below. Runs written by different
-experiments (``experiment.json``: paper, quick) are never loaded together. Run labels: a reproduction's runs
+folder whose direct children are run directories; ``recursive`` searches every folder below. Runs written by
+different experiments (``experiment.json``: paper, quick) are never loaded together. Run labels: a reproduction's runs
 are named by ``experiment.json``; other run directories by algorithm, plus the config keys that tell apart runs
 of the same algorithm.
 
@@ -46,6 +46,7 @@ processes import the writer and should not pay for them).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
 import glob
@@ -82,9 +83,10 @@ SUMMARY = "summary.json"
 ERROR = "error.txt"
 EXPERIMENT = "experiment.json"
 GZIP = ".gz"
-ARCHIVE = "run.zip"
 """The suffix of a gzip-compressed table, the former compacted form: ``evals.csv.gz`` holds what ``evals.csv``
 would (``read_file``)."""
+ARCHIVE = "run.zip"
+"""A compacted run's one file: every file the analysis reads, by its name in the folder (``compact``)."""
 
 EVAL_COLUMNS = ("time_s", "total_steps", "total_samples", "total_bytes", "total_byte_hops", "ps_ingress_bytes",
                 "loss", "accuracy", "messages_lost")
@@ -269,13 +271,22 @@ def read_file(run: Path, name: str) -> bytes | None:
         if p.is_file():
             data = p.read_bytes()
             return unpack(data) if unpack else data
-    if (run / ARCHIVE).is_file():
-        try:
-            with zipfile.ZipFile(run / ARCHIVE) as z:
-                return z.read(name) if name in z.NameToInfo else None
-        except zipfile.BadZipFile as exc:
-            raise OSError(f"{run / ARCHIVE}: {exc}") from None
-    return None
+    with _zip(run) as z:
+        return z.read(name) if z is not None and name in z.NameToInfo else None
+
+
+@contextlib.contextmanager
+def _zip(run: Path):
+    """The run's ``run.zip`` open for reading (None without one); a damaged archive is an OSError, as an
+    unreadable file is."""
+    if not (run / ARCHIVE).is_file():
+        yield None
+        return
+    try:
+        with zipfile.ZipFile(run / ARCHIVE) as z:
+            yield z
+    except zipfile.BadZipFile as exc:
+        raise OSError(f"{run / ARCHIVE}: {exc}") from None
 
 
 def read_json(run: Path, name: str) -> dict:
@@ -302,8 +313,8 @@ def files(run: Path) -> dict[str, bytes]:
     """Every file of the run directory by its name in the folder (``series/staleness.csv``), read from the
     archive, a gzip-compressed copy or the folder (``read_file``, which the folder's files override)."""
     found: dict[str, bytes] = {}
-    if (run / ARCHIVE).is_file():
-        with zipfile.ZipFile(run / ARCHIVE) as z:
+    with _zip(run) as z:
+        if z is not None:
             found.update((n, z.read(n)) for n in z.namelist())
     for p in sorted(run.rglob("*")):
         name = p.relative_to(run).as_posix()
@@ -338,13 +349,10 @@ def compact(path: Path, series: dict[str, tuple[str, ...] | None]) -> None:
         return name in DROPPED or (name.startswith(f"{SERIES}/") and _series_name(name) not in series)
 
     archive = path / ARCHIVE
-    if [p.name for p in path.iterdir()] == [ARCHIVE]:  # compacted before: done unless it holds what is unread now
-        try:
-            with zipfile.ZipFile(archive) as z:
-                if not any(unread(n) for n in z.namelist()):
-                    return
-        except zipfile.BadZipFile as exc:
-            raise OSError(f"{archive}: {exc}") from None
+    if [p.name for p in path.iterdir()] == [ARCHIVE]:
+        with _zip(path) as z:
+            if not any(map(unread, z.namelist())):
+                return  # compacted before, and it holds nothing unread now
     kept: dict[str, bytes] = {}
     for name, data in files(path).items():
         if not unread(name):

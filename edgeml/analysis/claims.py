@@ -87,8 +87,8 @@ class Diagnosis:
     def pairs(self) -> list[tuple[str, str | None]]:
         """Each ablation as (run, baseline): the runs it puts in the claim's place (baseline None: the claim's
         own)."""
-        return [(a.split(ABLATION_VS)[0].strip(), a.split(ABLATION_VS)[1].strip() if ABLATION_VS in a else None)
-                for a in self.ablations]
+        split = [a.partition(ABLATION_VS) for a in self.ablations]
+        return [(run.strip(), base.strip() if vs else None) for run, vs, base in split]
 
 
 @dataclass(frozen=True)

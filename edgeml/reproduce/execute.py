@@ -4,8 +4,8 @@ A run whose directory holds a finished run of exactly its configuration is kept 
 ``--only`` does not select it); every other selected run runs, after its old directory is deleted. A finished
 run is deleted only with ``--force``, and a folder reproduce did not write is never cleared. A run that fails
 is recorded and the others go on. A finished run, run now or kept, is compacted to what the report reads of it
-(packed into one archive, ``run.zip``, without the series no figure or claim reads: ``_record``). The runs go through
-``edgeml.runner.run``, looked up at each call (tests replace it).
+(packed into one archive, ``run.zip``, without the series no figure or claim reads: ``_record``). The runs go
+through ``edgeml.runner.run``, looked up at each call (tests replace it).
 """
 
 from __future__ import annotations
@@ -290,9 +290,9 @@ def _record(p: PlannedRun, path: Path, ran: bool, progress: Progress, head: str)
     """A run that ran or was kept: None (done) when its status is a finished one, else the failure reason.
 
     A finished run is compacted to what the tables, figures and claims read of it (packed into ``run.zip``
-    without the series no figure or claim reads: ``edgeml.analysis.figures.compact_run``), so that a reproduction,
-    the committed ones in ``results/`` among them, holds no bulk nobody reads; a failed run is left as it is
-    for its post-mortem. ``edgeml run`` writes every series in full, as plain CSV."""
+    without the series no figure or claim reads: ``edgeml.analysis.figures.compact_run``), so that a
+    reproduction, the committed ones in ``results/`` among them, holds no bulk nobody reads; a failed run is
+    left as it is for its post-mortem. ``edgeml run`` writes every series in full, as plain CSV."""
     from edgeml.analysis.figures import compact_run
 
     s = rundir.read_json(path, rundir.SUMMARY)
