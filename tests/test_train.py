@@ -203,3 +203,19 @@ def test_the_nodes_own_generator() -> None:
     assert torch.equal(global_state, torch.get_rng_state())
     given = torch.Generator().manual_seed(0)
     assert _trainer(gen=given).gen is given
+
+
+@pytest.mark.parametrize(("model", "batch"), [("lenet5", 128), ("mlp", 8192), ("l2svm", 8192)])
+def test_evaluation_batches_by_model_and_agrees_with_small_batches(model: str, batch: int) -> None:
+    from edgeml.train import eval_batch, evaluate
+
+    shape = (24, 1, 1) if model == "l2svm" else SHAPE
+    net = build_model(model, shape, 10)
+    params, _ = flatten_module(net)
+    assert eval_batch(net) == batch
+    g = torch.Generator().manual_seed(2)
+    x, y = torch.randn(300, *shape, generator=g), torch.randint(0, 10, (300,), generator=g)
+    whole_loss, whole_acc = evaluate(net, params, loss_for(model), x, y)
+    small_loss, small_acc = evaluate(net, params, loss_for(model), x, y, batch=7)
+    assert whole_acc == small_acc  # the same predictions, only the loss's sums ordered otherwise
+    assert whole_loss == pytest.approx(small_loss, rel=1e-6)
