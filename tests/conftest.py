@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 import pytest
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("EDGEML_CACHE", tempfile.mkdtemp(prefix="edgeml-test-cache-"))  # solved SNAP weights
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)

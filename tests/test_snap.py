@@ -469,3 +469,31 @@ def test_parameter_server_traffic_detours_around_a_failed_link_between_neighbour
                                       for r in hops} == hops]
     assert len(cuts) >= 1  # the hops are those of the ring without one of its links
     assert sum(hops.values()) == (6 if host in cuts[0] else 4)  # 1 + 2 + 3 around the cut, else 1 + 1 + 2
+
+
+def test_a_solved_weight_matrix_is_kept_on_disk_and_reused(tmp_path, monkeypatch) -> None:
+    from edgeml.algorithms.snap import weights
+
+    monkeypatch.setenv("EDGEML_CACHE", str(tmp_path))
+    edges = ((0, 1), (1, 2), (2, 3), (3, 0), (0, 2), (3, 4))
+    weights.peer_weights.cache_clear()
+    W, info = weights.peer_weights(edges, 5, "optimized", 1e-6)
+    kept = list((tmp_path / "snap-weights").glob("*.npz"))
+    assert len(kept) == 1 and kept[0] == weights.solved_cache((edges, 5, "optimized", 1e-6))
+    assert weights.solved_cache((edges, 5, "problem22", 1e-6)) != kept[0]  # the pick is part of the key
+
+    def unsolvable(*args, **kwargs):
+        raise AssertionError("solved again")
+
+    monkeypatch.setattr(weights, "choose_weights", unsolvable)
+    weights.peer_weights.cache_clear()
+    W2, info2 = weights.peer_weights(edges, 5, "optimized", 1e-6)
+    assert np.array_equal(W, W2) and info2 == json.loads(json.dumps(info))
+    monkeypatch.undo()
+    monkeypatch.setenv("EDGEML_CACHE", str(tmp_path))
+    kept[0].write_bytes(b"damaged")  # a damaged entry is solved again and replaced
+    weights.peer_weights.cache_clear()
+    W3, _ = weights.peer_weights(edges, 5, "optimized", 1e-6)
+    assert np.allclose(W, W3) and np.load(kept[0])["W"].shape == (5, 5)
+    assert not list((tmp_path / "snap-weights").glob("*.part*"))
+    weights.peer_weights.cache_clear()

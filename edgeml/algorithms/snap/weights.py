@@ -18,6 +18,11 @@ a W with a larger lambda_min allows a larger step: the peers' ``step = "bound"``
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+import os
+import zipfile
+from pathlib import Path
 
 import numpy as np
 
@@ -171,7 +176,9 @@ def choose_weights(adj: np.ndarray, nonnegative: bool = True, threshold: float =
 def peer_weights(edges: tuple[tuple[int, int], ...], n: int, kind: str, threshold: float) -> tuple[np.ndarray, dict]:
     """W for the graph of ``n`` peers with links ``edges`` (peer indices), with its ``info``: Eq. (24)'s as it is
     (``kind = "eq24"``), or ``choose_weights(pick=kind)`` pruned at ``threshold``. Cached: every peer of a run in
-    one process asks for the same."""
+    one process asks for the same; and a solved W is kept on disk (``solved_cache``), since the problems take
+    minutes at 100 peers and the runs of one topology (SNAP, SNAP-0, their ablations) often run in different
+    processes."""
     adj = np.zeros((n, n), dtype=bool)
     for i, j in edges:
         adj[i, j] = adj[j, i] = True
@@ -179,4 +186,36 @@ def peer_weights(edges: tuple[tuple[int, int], ...], n: int, kind: str, threshol
         W = initial_weights(adj)
         return W, {"chosen": "eq24", "setup_s": 0.0,
                    "eq24": {"second_largest": second_largest(W), "smallest": float(eigenvalues(W)[-1])}}
-    return choose_weights(adj, threshold=threshold, pick=kind)
+    path = solved_cache((edges, n, kind, threshold))
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            return f["W"].copy(), json.loads(str(f["info"]))
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+        pass  # not solved before here (or a damaged entry): solve
+    W, info = choose_weights(adj, threshold=threshold, pick=kind)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_name(f"{path.stem}.{os.getpid()}.part.npz")
+        np.savez(part, W=W, info=np.array(json.dumps(info)))
+        os.replace(part, path)
+    except OSError:
+        pass  # an unwritable cache only costs the next run the solve
+    return W, info
+
+
+def solved_cache(key: object) -> Path:
+    """The file that keeps the solved W for ``key`` (the graph, the pick and the pruning threshold):
+    ``$EDGEML_CACHE/snap-weights`` (default ``~/.cache/edgeml``), named by a hash of the key and of cvxpy's and
+    its solvers' versions, so an upgrade solves again. The solution is the solver's, so a kept W equals a new
+    solve of the same version; its ``setup_s`` stays the time the solve took."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    versions = []
+    for package in ("cvxpy", "clarabel", "scs"):
+        try:
+            versions.append(version(package))
+        except PackageNotFoundError:
+            versions.append(None)
+    digest = hashlib.blake2b(json.dumps([repr(key), versions, SOLVER_OPTIONS]).encode(), digest_size=16).hexdigest()
+    root = Path(os.environ.get("EDGEML_CACHE") or Path.home() / ".cache" / "edgeml")
+    return root / "snap-weights" / f"{digest}.npz"
