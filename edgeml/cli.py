@@ -316,9 +316,10 @@ def reproduce(
     backend: Optional[str] = typer.Option(None, help="procs or sim for every run."),
     resume: bool = typer.Option(False, "--resume", help="Keep runs already finished in the output folder with the "
                                                          "same configuration; run only the rest."),
-    only: Optional[str] = typer.Option(None, help="Run only the runs whose names, or the names of their swept "
-                                                  "entries, match this glob (e.g. 'fig5*', 'fig5-adsp'; a run's exact "
-                                                  "name is taken literally); keep the others that already finished."),
+    only: Optional[list[str]] = typer.Option(None, help="Run only the runs whose names, or the names of their "
+                                                        "swept entries, match this glob (e.g. 'fig5*', 'fig5-adsp'; "
+                                                        "a run's exact name is taken literally; repeat --only for "
+                                                        "several); keep the others that already finished."),
     force: bool = typer.Option(False, "--force", help="Delete finished runs in the output folder that this would "
                                                       "run again (without it, reproduce refuses)."),
     jobs: Optional[int] = typer.Option(
@@ -339,6 +340,8 @@ def reproduce(
     address: Optional[str] = typer.Option(
         None, "--address", help="Join the running Ray cluster at this address (host:port, as `ray start --head` "
                                 "prints it); implies --cluster ray. --jobs then caps the CPUs used (default: all)."),
+    pdf: bool = typer.Option(False, "--pdf", help="Write each figure as a PDF beside its PNG, linked from "
+                                                  "REPORT.md."),
     summary: bool = typer.Option(False, "--summary", help="Render the scoreboard, README.md in the results folder "
                                                           "(--out; default results/ here, else the checkout's), "
                                                           "from each reproduction's verdicts.csv there; no PAPER, "
@@ -393,7 +396,8 @@ def reproduce(
     line = " ".join(["edgeml reproduce", paper] + (["--quick"] if quick else []) + ([f"--out {out}"] if out else [])
                     + ([f"--seeds {seeds}"] if seeds else []) + ([f"--backend {backend}"] if backend else []))
     print(run_experiment(paper, quick, out, seed_list, backend, command_line=line, resume=resume, only=only,
-                         force=force, jobs=jobs, check=check, cluster=cluster, address=address) / "REPORT.md")
+                         force=force, jobs=jobs, check=check, cluster=cluster, address=address, pdf=pdf)
+          / "REPORT.md")
 
 
 METAVARS = {

@@ -197,7 +197,8 @@ def test_bad_runs_and_claims_are_refused_before_anything_runs(tmp_path, toy):
 
 def test_quick_baselines_reproduction(tmp_path):
     out = tmp_path / "out"
-    result = CliRunner().invoke(cli.app, ["reproduce", "baselines", "--quick", "--seeds", "0,1", "--out", str(out)])
+    result = CliRunner().invoke(cli.app, ["reproduce", "baselines", "--quick", "--seeds", "0,1", "--out", str(out),
+                                          "--pdf"])
     assert result.exit_code == 0, result.output
     assert "[10/10]" in result.output and "REPORT.md" in result.output
     assert "[1/10] bsp seed 0: running bsp (sim)" in result.output  # not a terminal: each run said as it starts
@@ -218,6 +219,7 @@ def test_quick_baselines_reproduction(tmp_path):
         assert (out / "figures" / "fig1" / f"{name}.pdf").stat().st_size > 1000
 
     report = (out / "REPORT.md").read_text()
+    assert "([PDF](figures/fig1/bars.pdf))" in report  # --pdf: linked beside each PNG
     assert "edgeml reproduce baselines --quick" in report and "## Differences from the paper" in report
     assert "This is the **quick** reproduction" in report.split("## Verdicts")[0]
     section = report.split("## adsp.txt Fig. 1's setting", 1)[1].split("## Results", 1)[0]
@@ -318,7 +320,9 @@ def test_figure_groups_claims_and_against_panels(tmp_path, toy):
     out = reproduce(str(tmp_path / "grouped.toml"), quick=True, out=tmp_path / "out", seeds=[0, 1])
     assert (out / "figures" / "f2" / "against_cluster.hetero.png").stat().st_size > 1000
     assert (out / "figures" / "fig-9" / "convergence_time.png").exists()   # a title of its own: every panel
+    assert not list((out / "figures").rglob("*.pdf"))  # PNGs alone without --pdf, and no link to a PDF
     report = (out / "REPORT.md").read_text()
+    assert "[PDF]" not in report
     f2 = report.split("## Fig. 2: tight SSP against BSP", 1)[1].split("\n## ", 1)[0]
     assert "The paper: SSP with bound 1 is slower." in f2
     # the paper's side named as the words name runs: the algorithm's name, a point as a setting
@@ -412,6 +416,19 @@ def test_only_takes_a_swept_points_name_literally(toy):
     assert sorted(names[d] for d in select("bsp*", planned)) == sorted(p.name for p in planned if p.spec == "bsp")
     assert [names[d] for d in select("ssp-tigh?", planned)] == ["ssp-tight"]
     assert select(None, planned) == set(names)
+    # several patterns (--only repeated): the runs any of them picks
+    both = select(["ssp-tigh?", "bsp[cluster.hetero=1:3]"], planned)
+    assert sorted(names[d] for d in both) == ["bsp[cluster.hetero=1:3]", "ssp-tight"]
+
+
+def test_only_repeated_runs_the_runs_of_every_pattern_and_names_one_that_matches_none(tmp_path, toy):
+    out = tmp_path / "out"
+    args = ["reproduce", toy, "--quick", "--seeds", "0", "--out", str(out)]
+    result = CliRunner().invoke(cli.app, [*args, "--only", "ssp*", "--only", "bsp[cluster.hetero=1:3]"])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (out / "runs").iterdir()) == ["bsp_cluster.hetero=1_3-s0", "ssp-tight-s0"]
+    refused = CliRunner().invoke(cli.app, [*args, "--only", "ssp*", "--only", "nothing*", "--resume"])
+    assert refused.exit_code == 2 and "--only 'nothing*' matches no run of toy" in refused.output
 
 
 def test_the_shipped_experiments_plan(tmp_path):

@@ -170,6 +170,8 @@ class FigureFile:
     name: str
     png: Path
     caption: str
+    pdf: bool = True
+    """Written as a PDF beside the PNG too (``png`` with the suffix ``.pdf``)."""
 
 
 STANDARD_PANELS = ("convergence_time", "convergence_steps", "convergence_bytes", "convergence_ingress",
@@ -241,13 +243,13 @@ def save_png(fig: Any, path: Path) -> None:
 
 def write_figures(runs: list[Run], out: Path, cmp: Comparison | None = None, panels: Iterable[str] | None = None,
                   against: Iterable[dict] = (), cite: str = "", processes: int = 1,
-                  labels: dict[str, str] | None = None) -> list[FigureFile]:
+                  labels: dict[str, str] | None = None, pdf: bool = True) -> list[FigureFile]:
     """Draw the figures the runs have data for (or the ``panels`` named), plus one figure per ``against``
-    entry ({"x": key or metric, "y": [metrics]}); write PNG and PDF; return them with their captions. A
+    entry ({"x": key or metric, "y": [metrics]}); write PNG (and PDF: ``pdf``); return them with their captions. A
     ``cite`` (the paper's figure these runs reproduce) opens the captions of the paper's panels. ``processes``:
     draw them side by side in that many processes (``draw``). ``labels``: short names of config keys for the
     legends and axes (``setting_text``)."""
-    pending = plan_figures(runs, out, cmp, panels, against, cite, labels)
+    pending = plan_figures(runs, out, cmp, panels, against, cite, labels, pdf)
     out.mkdir(parents=True, exist_ok=True)
     draw(pending, processes)
     return [f.file for f in pending]
@@ -255,7 +257,8 @@ def write_figures(runs: list[Run], out: Path, cmp: Comparison | None = None, pan
 
 @dataclass(frozen=True)
 class PendingFigure:
-    """A figure ready to draw: ``make()`` returns the matplotlib figure, written as ``file`` (PNG and PDF)."""
+    """A figure ready to draw: ``make()`` returns the matplotlib figure, written as ``file`` (PNG, and PDF where
+    ``file.pdf``)."""
 
     file: FigureFile
     make: Any
@@ -264,13 +267,13 @@ class PendingFigure:
         fig = self.make()
         self.file.png.parent.mkdir(parents=True, exist_ok=True)
         save_png(fig, self.file.png)
-        # no creation date in the PDF: the same runs draw the same bytes
-        fig.savefig(self.file.png.with_suffix(".pdf"), dpi=DPI, metadata={"CreationDate": None})
+        if self.file.pdf:  # no creation date in the PDF: the same runs draw the same bytes
+            fig.savefig(self.file.png.with_suffix(".pdf"), dpi=DPI, metadata={"CreationDate": None})
 
 
 def plan_figures(runs: list[Run], out: Path, cmp: Comparison | None = None, panels: Iterable[str] | None = None,
-                 against: Iterable[dict] = (), cite: str = "", labels: dict[str, str] | None = None
-                 ) -> list[PendingFigure]:
+                 against: Iterable[dict] = (), cite: str = "", labels: dict[str, str] | None = None,
+                 pdf: bool = True) -> list[PendingFigure]:
     """The figures ``write_figures`` draws, with their data prepared, not yet drawn."""
     cmp = cmp or compare(runs)
     tables = figure_tables(runs, labels)
@@ -334,8 +337,8 @@ def plan_figures(runs: list[Run], out: Path, cmp: Comparison | None = None, pane
                             f"{paper}{', '.join(names[y] for y in ys)} against {names[x]}: mean over seeds with "
                             f"95% bootstrap intervals ({measured}); a hollow point marked '>' never reached the "
                             "target: it is drawn at what the run lasted"))
-    return [PendingFigure(FigureFile(name, out / f"{name}.png", caption if cite else caption[:1].upper() + caption[1:]),
-                          make) for name, make, caption in figures]
+    return [PendingFigure(FigureFile(name, out / f"{name}.png", caption if cite else caption[:1].upper() + caption[1:],
+                                     pdf), make) for name, make, caption in figures]
 
 
 def _named_per_run(runs: list[Run], cmp: Comparison, labels: dict[str, str] | None) -> pd.DataFrame:

@@ -92,6 +92,7 @@ then ``run.algorithm``/``run.seed`` (and ``--backend``).
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -112,19 +113,21 @@ committed ``results/``."""
 
 def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: list[int] | None = None,
               backend: str | None = None, console: Console | None = None, command_line: str = "",
-              resume: bool = False, only: str | None = None, force: bool = False, jobs: int | None = 1,
-              check: bool = False, cluster: str | None = None, address: str | None = None) -> Path:
+              resume: bool = False, only: str | Sequence[str] | None = None, force: bool = False, jobs: int | None = 1,
+              check: bool = False, cluster: str | None = None, address: str | None = None,
+              pdf: bool = False) -> Path:
     """Run every run of an experiment; write the tables, the figures and REPORT.md; return the output folder.
 
     With ``resume``, a run whose directory already holds a finished run of the same configuration is kept
-    rather than run again. With ``only`` (a glob on run names), only the matching runs are run; the others are
-    kept where they already finished and left out where they did not. A finished run is deleted (to run it
+    rather than run again. With ``only`` (a glob on run names, or several), only the matching runs are run; the
+    others are kept where they already finished and left out where they did not. A finished run is deleted (to run it
     again) only with ``force``. A run that fails is recorded in REPORT.md and the others go on; the call then
     raises RunFailed after writing everything, so that scripts notice.
 
     ``jobs``: the cores the runs may keep busy at once; above 1 they run side by side in child processes
     (``edgeml.reproduce.parallel``), with the same results. ``check``: compare each claim's verdict with the
-    committed report's (``edgeml.reproduce.check``) and raise RunFailed on any change, naming them.
+    committed report's (``edgeml.reproduce.check``) and raise RunFailed on any change, naming them. ``pdf``: each
+    figure as a PDF beside its PNG as well, linked from REPORT.md (the PNGs alone keep a committed report small).
 
     ``cluster="ray"``: the runs that run now are Ray tasks (``edgeml.reproduce.cluster``), on a local Ray instance
     with ``jobs`` CPUs (None: this machine's cores), or on the running cluster at ``address`` (which implies
@@ -171,7 +174,7 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
             command = command_line or f"edgeml reproduce {paper}" + (" --quick" if quick else "")
             processes = jobs or parallel.default_jobs()  # a cluster's runs: the figures are drawn here
             report = render.render(render.Report(exp, out, planned, outcome.done, outcome.failures, command, quick,
-                                                 processes=processes))
+                                                 processes=processes, pdf=pdf))
     console.print(*(report.cmp.rich() if report.cmp else []), render.claims_table(exp, quick, report.results))
     changed = check_mod.compare_verdicts(committed, report.results) if committed is not None else []
     for claim, at, old, new in changed:
@@ -191,7 +194,7 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
 
 
 def show_plan(paper: str, quick: bool = False, out: Path | None = None, seeds: list[int] | None = None,
-              backend: str | None = None, only: str | None = None, jobs: int = 1,
+              backend: str | None = None, only: str | Sequence[str] | None = None, jobs: int = 1,
               console: Console | None = None) -> list[cost.PlanRow]:
     """List the planned runs (name, seed, backend, workers, max_time, reserved cores, estimated core-seconds,
     finished or not in the output folder) and a total, without running or writing anything
@@ -208,11 +211,11 @@ def show_plan(paper: str, quick: bool = False, out: Path | None = None, seeds: l
     return rows
 
 
-def _selected(only: str | None, planned: list[plan.PlannedRun], paper: str) -> set[str]:
-    """``plan.select``'s run directories, refusing an ``--only`` that matches none."""
-    selected = plan.select(only, planned)
-    if not selected:
-        raise UserError(f"--only {only!r} matches no run of {paper}: choose among "
+def _selected(only: str | Sequence[str] | None, planned: list[plan.PlannedRun], paper: str) -> set[str]:
+    """``plan.select``'s run directories, refusing an ``--only`` pattern that matches none."""
+    for pattern in [only] if only is None or isinstance(only, str) else only:
+        if not plan.select(pattern, planned):
+            raise UserError(f"--only {pattern!r} matches no run of {paper}: choose among "
                         f"{', '.join(dict.fromkeys(p.spec for p in planned))} (a swept entry's name picks all its "
                         "points; 'NAME[setting=value]' one of them)")
-    return selected
+    return plan.select(only, planned)

@@ -9,6 +9,8 @@ the run's layer for that point (``points``: a value tuned per setting; full runs
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import fnmatch
 import itertools
 import re
@@ -133,12 +135,15 @@ def _check_names(exp: Experiment, planned: list[PlannedRun]) -> None:
                             f"{', '.join(exp.figures) or '(no [[figures]])'}")
 
 
-def select(only: str | None, planned: list[PlannedRun]) -> set[str]:
-    """The directory names of the runs ``--only`` picks (every run without it): a run's exact name (a swept point
-    such as ``sim-snap[cluster.workers=100]``, whose brackets a glob would read as a character class) is taken
-    literally; anything else is a glob on the run's name and on its swept entry's name."""
+def select(only: str | Sequence[str] | None, planned: list[PlannedRun]) -> set[str]:
+    """The directory names of the runs ``--only`` picks (every run without it; several patterns: the runs any of
+    them picks): a run's exact name (a swept point such as ``sim-snap[cluster.workers=100]``, whose brackets a
+    glob would read as a character class) is taken literally; anything else is a glob on the run's name and on
+    its swept entry's name."""
     if not only:
         return {p.dirname for p in planned}
+    if not isinstance(only, str):
+        return set().union(*(select(pattern, planned) for pattern in only))
     if any(only in (p.name, p.spec) for p in planned):
         return {p.dirname for p in planned if only in (p.name, p.spec)}
     return {p.dirname for p in planned if fnmatch.fnmatchcase(p.name, only) or fnmatch.fnmatchcase(p.spec, only)}

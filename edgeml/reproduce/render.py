@@ -63,6 +63,7 @@ class Report:
     results: list[Result] = field(default_factory=list)
     figures: dict[str, list[FigureFile]] = field(default_factory=dict)  # per figure group, in the file's order
     processes: int = 1  # the figures are drawn in this many processes side by side
+    pdf: bool = False  # each figure as a PDF beside its PNG, and REPORT.md links it
 
 
 def today() -> date:
@@ -82,7 +83,7 @@ def render(report: Report) -> Report:
     if report.runs:
         report.cmp = compare(report.runs, exp.targets or choose_targets(report.runs), _baseline(exp, report.runs))
         report.cmp.write(out)
-        report.figures = draw_figures(exp, out, report.done, report.runs, report.cmp, report.processes)
+        report.figures = draw_figures(exp, out, report.done, report.runs, report.cmp, report.processes, report.pdf)
         report.results = check_claims(exp, report.runs, report.cmp, report.planned)
     write_report(report)
     write_verdicts(report)
@@ -125,9 +126,9 @@ def _baseline(exp: Experiment, runs: list[Run]) -> str | None:
 
 
 def draw_figures(exp: Experiment, out: Path, done: list[PlannedRun], runs: list[Run], cmp: Comparison,
-                 processes: int = 1) -> dict[str, list[FigureFile]]:
-    """Each figure group's figures in ``figures/<group>/``, groups in the file's order; every group's figures
-    drawn side by side in ``processes`` processes (``edgeml.analysis.figures.draw``)."""
+                 processes: int = 1, pdf: bool = False) -> dict[str, list[FigureFile]]:
+    """Each figure group's figures in ``figures/<group>/`` (PNG; and PDF: ``pdf``), groups in the file's order;
+    every group's figures drawn side by side in ``processes`` processes (``edgeml.analysis.figures.draw``)."""
     pending = {}
     for gid in dict.fromkeys(g for p in done for g in p.figures):
         names = {p.name for p in done if gid in p.figures}
@@ -136,7 +137,7 @@ def draw_figures(exp: Experiment, out: Path, done: list[PlannedRun], runs: list[
         folder = out / "figures" / (g.folder if g else "")
         folder.mkdir(parents=True, exist_ok=True)
         pending[gid] = plan_figures([r for r in runs if r.label in names], folder, cmp, g.panels if g else None,
-                                    against, g.cite if g else "", exp.labels)
+                                    against, g.cite if g else "", exp.labels, pdf)
     draw([f for fs in pending.values() for f in fs], processes)
     return {gid: [f.file for f in fs] for gid, fs in pending.items()}
 
@@ -342,7 +343,8 @@ def _figure_sections(r: Report) -> list[str]:
             lines += _per_class(r, members)
         for f in files:
             rel = f.png.relative_to(r.out).as_posix()
-            lines += [f"**{f.caption}** ([PDF]({rel[:-4]}.pdf))", "", f"![{f.name}]({rel})", ""]
+            link = f" ([PDF]({rel[:-4]}.pdf))" if f.pdf else ""
+            lines += [f"**{f.caption}**{link}", "", f"![{f.name}]({rel})", ""]
     return lines
 
 
