@@ -141,14 +141,31 @@ def _lenet5(shape: tuple[int, int, int], num_classes: int) -> nn.Module:
     return _with_head("lenet5", features, shape, [120, 84], num_classes)
 
 
+class LocalResponseNorm(nn.LocalResponseNorm):
+    """torch's LocalResponseNorm with the same numbers, forward and backward, about 3x faster on a CPU for 4-D
+    input: the window's sum of squares as ``size`` shifted slices added in the window's order (what torch's
+    ``avg_pool3d`` adds, in float32), instead of a 3-D average pool over a 5-D view, which took a third of a
+    cifar-cnn run's time. Other inputs go to torch's."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 4:
+            return super().forward(x)
+        channels = x.shape[1]
+        squares = nn.functional.pad(x * x, (0, 0, 0, 0, self.size // 2, (self.size - 1) // 2))
+        window = squares[:, :channels]
+        for i in range(1, self.size):
+            window = window + squares[:, i:i + channels]
+        return x / (window / self.size).mul(self.alpha).add(self.k).pow(self.beta)
+
+
 def _cifar_cnn(shape: tuple[int, int, int], num_classes: int) -> nn.Module:
     # TensorFlow's LRN(depth_radius=4, alpha=0.001/9) equals torch's LocalResponseNorm(9, alpha=0.001), since torch
     # divides alpha by the window size. Pool 3 stride 2 padding 1 matches TF's "SAME" output size.
     features = nn.Sequential(
         nn.Conv2d(shape[0], 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(3, stride=2, padding=1),
-        nn.LocalResponseNorm(9, alpha=0.001, beta=0.75, k=1.0),
+        LocalResponseNorm(9, alpha=0.001, beta=0.75, k=1.0),
         nn.Conv2d(64, 64, 5, padding=2), nn.ReLU(),
-        nn.LocalResponseNorm(9, alpha=0.001, beta=0.75, k=1.0),
+        LocalResponseNorm(9, alpha=0.001, beta=0.75, k=1.0),
         nn.MaxPool2d(3, stride=2, padding=1),
     )  # fmt: skip
     return _with_head("cifar-cnn", features, shape, [384, 192], num_classes)

@@ -198,3 +198,18 @@ def test_width_multiplier_only_for_mobilenet() -> None:
 def test_resnet18_keeps_no_running_statistics(name: str) -> None:
     model = build_model(name, (1, 28, 28), 10)
     assert not any("running" in b for b, _ in model.named_buffers())
+
+
+@pytest.mark.parametrize("size", [1, 2, 4, 9])
+def test_local_response_norm_gives_torchs_bits_forward_and_backward(size: int) -> None:
+    from edgeml.models import LocalResponseNorm
+
+    g = torch.Generator().manual_seed(size)
+    for shape in [(8, 16, 7, 7), (3, 5, 4)]:  # 4-D: the shifted slices; 3-D: torch's own path
+        x0, w = torch.randn(*shape, generator=g) * 3, torch.randn(*shape, generator=g)
+        ours, theirs = x0.clone().requires_grad_(), x0.clone().requires_grad_()
+        a = LocalResponseNorm(size, alpha=0.001, beta=0.75, k=1.0)(ours)
+        b = torch.nn.LocalResponseNorm(size, alpha=0.001, beta=0.75, k=1.0)(theirs)
+        (a * w).sum().backward()
+        (b * w).sum().backward()
+        assert torch.equal(a, b) and torch.equal(ours.grad, theirs.grad)
