@@ -46,7 +46,7 @@ def main() -> None:
     ours = models.build_model("cifar-cnn", (1, 28, 28), 10)
     theirs = models.build_model("cifar-cnn", (1, 28, 28), 10)
     theirs.load_state_dict(ours.state_dict())
-    for name, module in theirs.named_modules():  # torch's own layer, same settings
+    for module in theirs.modules():  # torch's own layer, same settings
         for child_name, child in list(module.named_children()):
             if isinstance(child, models.LocalResponseNorm):
                 setattr(module, child_name, nn.LocalResponseNorm(child.size, child.alpha, child.beta, child.k))
