@@ -429,6 +429,8 @@ def test_only_repeated_runs_the_runs_of_every_pattern_and_names_one_that_matches
     assert sorted(p.name for p in (out / "runs").iterdir()) == ["bsp_cluster.hetero=1_3-s0", "ssp-tight-s0"]
     refused = CliRunner().invoke(cli.app, [*args, "--only", "ssp*", "--only", "nothing*", "--resume"])
     assert refused.exit_code == 2 and "--only 'nothing*' matches no run of toy" in refused.output
+    empty = CliRunner().invoke(cli.app, [*args, "--only", "ssp*", "--only", " ", "--resume"])
+    assert empty.exit_code == 2 and "--only ' ' is empty" in empty.output  # not every run
 
 
 def test_the_shipped_experiments_plan(tmp_path):

@@ -214,6 +214,8 @@ def show_plan(paper: str, quick: bool = False, out: Path | None = None, seeds: l
 def _selected(only: str | Sequence[str] | None, planned: list[plan.PlannedRun], paper: str) -> set[str]:
     """``plan.select``'s run directories, refusing an ``--only`` pattern that matches none."""
     for pattern in [only] if only is None or isinstance(only, str) else only:
+        if pattern is not None and not pattern.strip():
+            raise UserError(f"--only {pattern!r} is empty: give a run's name or a glob, e.g. --only 'fig5*'")
         if not plan.select(pattern, planned):
             raise UserError(f"--only {pattern!r} matches no run of {paper}: choose among "
                         f"{', '.join(dict.fromkeys(p.spec for p in planned))} (a swept entry's name picks all its "

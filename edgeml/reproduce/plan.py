@@ -9,11 +9,10 @@ the run's layer for that point (``points``: a value tuned per setting; full runs
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import fnmatch
 import itertools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
