@@ -209,7 +209,9 @@ def _search_bases(name: str, root: str | Path | None) -> list[Path]:
 
 
 def _cache_dir(name: str) -> Path:
-    return Path.home() / ".cache" / "edgeml" / name
+    from edgeml.cache import cache_dir
+
+    return cache_dir(name)
 
 
 def _candidate_dirs(name: str, base: Path) -> list[Path]:

@@ -143,7 +143,7 @@ class DataSection:
     root: str = ""
     """Existing directory holding the data set's original files, the only place searched when set (ignored by
     the bundled ``digits``, ``breast-cancer`` and ``credit-synthetic``); empty searches $EDGEML_DATA,
-    ~/.cache/edgeml, system packages."""
+    $EDGEML_CACHE/<name> (default ~/.cache/edgeml/<name>), system packages."""
     download: bool = False
     """Fetch through torchvision when the files are absent (never done implicitly)."""
     partition: Literal["iid", "shards", "dirichlet", "sorted"] = "iid"

@@ -21,10 +21,12 @@ except ImportError:  # tests/ itself is on sys.path when it is not a package
 
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Point HOME at an empty folder and drop EDGEML_DATA, so tests never see the user's real data."""
+    """Point HOME at an empty folder and drop EDGEML_DATA and EDGEML_CACHE, so tests never see the user's real
+    data and the cache is ~/.cache/edgeml of that folder."""
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("EDGEML_DATA", raising=False)
+    monkeypatch.delenv("EDGEML_CACHE", raising=False)
     return home
 
 
@@ -69,6 +71,19 @@ def test_env_var_and_cache_are_searched(tmp_path: Path, isolated_home: Path, mon
     # An explicit root wins over both.
     rooted = write_mnist_like(tmp_path / "root", seed=4)
     np.testing.assert_array_equal(load_dataset("mnist", root=tmp_path / "root").y_train.numpy(), rooted["train_y"])
+
+
+def test_edgeml_cache_moves_the_data_cache(tmp_path: Path, isolated_home: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """$EDGEML_CACHE is the one cache root: a data set is found under $EDGEML_CACHE/<name>, and the default
+    ~/.cache/edgeml is then no longer searched (SNAP's weights use the same root, test_snap)."""
+    write_mnist_like(isolated_home / ".cache" / "edgeml" / "mnist", seed=2)
+    moved = write_mnist_like(tmp_path / "cache" / "mnist", seed=5)
+    monkeypatch.setenv("EDGEML_CACHE", str(tmp_path / "cache"))
+    np.testing.assert_array_equal(load_dataset("mnist").y_train.numpy(), moved["train_y"])
+    monkeypatch.setenv("EDGEML_CACHE", str(tmp_path / "empty"))
+    with pytest.raises(UserError, match="--download"):
+        load_dataset("mnist")
 
 
 def test_missing_dataset_names_both_fixes(tmp_path: Path) -> None:

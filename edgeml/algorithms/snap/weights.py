@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeml.cache import cache_dir
 from edgeml.errors import UserError
 
 
@@ -217,5 +218,4 @@ def solved_cache(key: object) -> Path:
         except PackageNotFoundError:
             versions.append(None)
     digest = hashlib.blake2b(json.dumps([repr(key), versions, SOLVER_OPTIONS]).encode(), digest_size=16).hexdigest()
-    root = Path(os.environ.get("EDGEML_CACHE") or Path.home() / ".cache" / "edgeml")
-    return root / "snap-weights" / f"{digest}.npz"
+    return cache_dir("snap-weights") / f"{digest}.npz"
