@@ -174,6 +174,21 @@ def test_plan_bounds_a_sim_runs_cost_by_the_first_budget_it_meets(tmp_path):
     assert estimate("{ max_time = 0, max_steps = 0, target_accuracy = 0.9 }") is None
 
 
+def test_plan_bounds_a_sim_run_by_its_algorithms_iterations(tmp_path):
+    """SNAP's and the PS schemes' runs end after their section's ``iterations`` (every worker steps once per
+    iteration) under a clock budget that never binds: 5 ms per worker-iteration, not the clock's bound."""
+    from edgeml.reproduce.cost import plan_rows
+
+    path = tmp_path / "one.toml"
+    path.write_text('[experiment]\npaper = "one"\nseeds = [0]\n[settings]\nrun = { backend = "sim" }\n'
+                    'data = { dataset = "credit-synthetic" }\nmodel = { name = "l2svm" }\n'
+                    'cluster = { workers = 10 }\nnetwork = { topology = "ring" }\nstop = { max_time = 100000 }\n'
+                    '[[runs]]\nalgorithm = "snap0"\nconfig = { snap0 = { iterations = 200 } }\n')
+    planned = plan(load_experiment(str(path)))
+    (row,) = plan_rows(planned, {p.dirname for p in planned}, tmp_path / "o", False, 1)
+    assert row.estimate == pytest.approx(3.0 + 0.005 * 10 * 200)
+
+
 @pytest.mark.slow
 def test_plan_counts_finished_runs_at_their_recorded_cost(tmp_path, toy):
     out = reproduce(toy, quick=True, out=tmp_path / "out", seeds=[0])

@@ -6,9 +6,11 @@ Estimated core-seconds per run (a rough guide for choosing ``--jobs`` and a mach
   ``meta.json``;
 * a sim run not finished: the mean recorded ``cpu_s`` of the same run's finished seeds in the output folder
   (the same ``[[runs]]`` entry and sweep point), else of this experiment's finished runs of the same algorithm
-  there (which may train another model); without any, ``SIM_SETUP_S`` plus the cost of the steps simulated,
-  which the first of its two budgets bounds: ``SIM_CPU_PER_WORKER_S * workers * max_time`` by the clock,
-  ``SIM_CPU_PER_STEP_S * max_steps`` by the step count;
+  and model there (which may differ in other settings); without any, ``SIM_SETUP_S`` plus the cost of the
+  steps simulated, which the first of its budgets bounds: ``SIM_CPU_PER_WORKER_S * workers * max_time`` by the
+  clock, ``SIM_CPU_PER_STEP_S * max_steps`` by the step count, ``SIM_CPU_PER_STEP_S * workers * iterations``
+  by the algorithm's own iteration budget (its section's ``iterations``, as SNAP's and the PS schemes' have:
+  every worker steps once per iteration);
 * a procs run: its reserved cores (``parallel.reservation``) times ``max_time + PROCS_SETUP_S`` (its processes
   run on the wall clock for ``stop.max_time``, after starting and calibrating);
 * a run with neither budget (``stop.max_time`` and ``stop.max_steps`` 0) and no measurement: unknown.
@@ -56,16 +58,18 @@ def plan_rows(planned: list[PlannedRun], selected: set[str], out: Path, quick: b
     """One row per planned run with its estimated core-seconds (see the module's docstring)."""
     import copy
 
-    rows, by_name, by_algorithm = [], {}, {}
+    rows, by_name, by_algorithm, iterations = [], {}, {}, {}
     for p in planned:
         cfg = copy.deepcopy(p.cfg)
         cfg.run.name, cfg.run.out = p.dirname, str(out / "runs")
         path = out / "runs" / p.dirname
         done = finished(path, cfg, quick)
         cpu = _cpu_s(path) if done else None
+        kind = (p.algorithm, cfg.model.name)
         if cpu is not None:
             by_name.setdefault(p.name, []).append(cpu)
-            by_algorithm.setdefault(p.algorithm, []).append(cpu)
+            by_algorithm.setdefault(kind, []).append(cpu)
+        iterations[p.dirname] = int(getattr(cfg.algo, "iterations", 0) or 0)
         rows.append(PlanRow(p, cfg.run.backend, cfg.cluster.workers, float(cfg.stop.max_time), cfg.stop.max_steps,
                             reservation(cfg, jobs), done, p.dirname in selected, cpu, cpu is not None))
     for row in rows:
@@ -73,12 +77,14 @@ def plan_rows(planned: list[PlannedRun], selected: set[str], out: Path, quick: b
             continue
         if row.backend == "procs":
             row.estimate = row.cores * (row.max_time + PROCS_SETUP_S) if row.max_time else None
-        elif by_name.get(row.run.name) or by_algorithm.get(row.run.algorithm):
-            seen = by_name.get(row.run.name) or by_algorithm[row.run.algorithm]
+        elif by_name.get(row.run.name) or by_algorithm.get((row.run.algorithm, row.run.cfg.model.name)):
+            seen = by_name.get(row.run.name) or by_algorithm[(row.run.algorithm, row.run.cfg.model.name)]
             row.estimate = sum(seen) / len(seen)
         else:
+            its = iterations[row.run.dirname]
             bounds = ([SIM_CPU_PER_WORKER_S * row.workers * row.max_time] if row.max_time else []) + \
-                ([SIM_CPU_PER_STEP_S * row.max_steps] if row.max_steps else [])
+                ([SIM_CPU_PER_STEP_S * row.max_steps] if row.max_steps else []) + \
+                ([SIM_CPU_PER_STEP_S * row.workers * its] if its else [])
             row.estimate = SIM_SETUP_S + min(bounds) if bounds else None
     return rows
 
