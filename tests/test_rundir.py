@@ -41,6 +41,21 @@ def _ssp_run(tmp_path: Path) -> Path:
     return path
 
 
+def test_a_run_keeps_only_the_series_its_figure_groups_draw(tmp_path):
+    """Compacted for figure groups that name their panels, a run keeps the series figures they draw and the
+    claims' decisions, nothing more; one group that draws every panel (None) keeps every series a figure reads."""
+    written = _ssp_run(tmp_path)
+    series = {}
+    for name, panels in [("drawn", [["convergence_time"], ["staleness"]]), ("undrawn", [["convergence_time"]]),
+                         ("all", [["convergence_time"], None])]:
+        path = tmp_path / name / "ssp"
+        shutil.copytree(written, path)
+        compact_run(path, panels)
+        series[name] = {n for n in rundir.files(path) if n.startswith("series/")}
+    assert series["drawn"] == series["all"] == {"series/staleness.csv", "series/decisions.csv"}
+    assert series["undrawn"] == {"series/decisions.csv"}
+
+
 def test_a_compacted_run_is_one_archive_and_loads_as_it_was_written(tmp_path):
     written = _ssp_run(tmp_path)
     compacted = tmp_path / "compacted" / "ssp"

@@ -198,7 +198,8 @@ def execute(exp: Experiment, work: list[Work], selected: set[str], out: Path, qu
         w = work[k - 1]
         path = out / "runs" / w.run.dirname
         if reason is None:
-            reason = _record(w.run, path, w.runs_now, progress, heads[k])
+            panels = [exp.figures[f].panels if f in exp.figures else None for f in w.run.figures or [""]]
+            reason = _record(w.run, path, w.runs_now, progress, heads[k], panels)
         else:
             _say(progress, f"{heads[k]}: FAILED: {reason}", style="red")
         results[k] = reason
@@ -286,20 +287,22 @@ def run_one(paper: str, w: Work, path: Path, quick: bool) -> str | None:
                                   "seed": p.seed, "quick": quick})
 
 
-def _record(p: PlannedRun, path: Path, ran: bool, progress: Progress, head: str) -> str | None:
+def _record(p: PlannedRun, path: Path, ran: bool, progress: Progress, head: str,
+            panels: list[list[str] | None] | None = None) -> str | None:
     """A run that ran or was kept: None (done) when its status is a finished one, else the failure reason.
 
     A finished run is compacted to what the tables, figures and claims read of it (packed into ``run.zip``
     without the series no figure or claim reads: ``edgeml.analysis.figures.compact_run``), so that a
     reproduction, the committed ones in ``results/`` among them, holds no bulk nobody reads; a failed run is
-    left as it is for its post-mortem. ``edgeml run`` writes every series in full, as plain CSV."""
+    left as it is for its post-mortem. ``panels``: those of the figure groups the run is drawn in, so that a
+    series none of them draws is left out too. ``edgeml run`` writes every series in full, as plain CSV."""
     from edgeml.analysis.figures import compact_run
 
     s = rundir.read_json(path, rundir.SUMMARY)
     if s.get("status") not in rundir.FINISHED:
         _say(progress, f"{head}: FAILED: {s.get('status')} ({s.get('stop_reason')})", style="red")
         return f"status {s.get('status')}: {s.get('stop_reason')}"
-    compact_run(path)
+    compact_run(path, panels)
     acc = s.get("final_accuracy")
     _say(progress, f"{head}{' (kept)' if not ran else ''}: "
                    f"{'accuracy %.3f' % acc if acc is not None else 'no evaluation'}, "
