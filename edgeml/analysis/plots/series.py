@@ -230,7 +230,7 @@ def exchange(df: pd.DataFrame, context: str = "") -> Figure:
     axes[1].set_yscale("log")
     axes[1].set_xlabel("iteration")
     axes[1].set_ylabel("APE threshold T (mean over servers)")
-    axes[1].set_title("the threshold in force (SNAP; SNAP-0 and SNO send at 0)")
+    axes[1].set_title("the APE threshold in force (SNAP-0, SNO: 0)")
     st.legend(fig)
     panel_title(fig, "Selective exchange: the values sent and the APE threshold per iteration (snap.txt Sec. IV-C)",
                 context)
