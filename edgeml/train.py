@@ -220,6 +220,7 @@ class Trainer:
         self._order = torch.empty(0, dtype=torch.long)
         self._pos = 0
         self._momentum: torch.Tensor | None = None
+        self._whole: tuple[torch.Tensor, torch.Tensor] | None = None
         self.epoch = 0
 
     # ---------------------------------------------------------------- batches
@@ -242,6 +243,14 @@ class Trainer:
         self._order = self._shard_indices(indices).clone()
         self._pos = 0
         self.epoch += 1
+
+    def shard(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs and labels of the whole shard, in ``index`` order, on the device: gathered once and kept, for
+        programs that take every step over the whole shard (SNAP's full-shard gradients); the same tensors as
+        ``self._batch(self.index)`` gives, without gathering them at every step."""
+        if self._whole is None:
+            self._whole = self._samples(self.index)
+        return self._whole
 
     @property
     def batches_left(self) -> int:

@@ -219,3 +219,15 @@ def test_evaluation_batches_by_model_and_agrees_with_small_batches(model: str, b
     small_loss, small_acc = evaluate(net, params, loss_for(model), x, y, batch=7)
     assert whole_acc == small_acc  # the same predictions, only the loss's sums ordered otherwise
     assert whole_loss == pytest.approx(small_loss, rel=1e-6)
+
+
+@pytest.mark.parametrize("resident", [False, True])
+def test_the_whole_shard_is_gathered_once_and_gives_the_gradient_over_its_indices(resident):
+    """``shard()`` is the shard's samples in ``index`` order, kept: the gradient over it is the gradient over
+    the indices bit for bit (SNAP's full-shard steps), and later calls return the same tensors."""
+    by_index, by_shard = _trainer("mlp", resident=resident), _trainer("mlp", resident=resident)
+    x, y = by_shard.shard()
+    assert torch.equal(y, _data()[1][SHARD]) and torch.equal(x, _data()[0][SHARD])
+    assert by_index.gradient(by_index.index) == by_shard.gradient(by_shard.shard())
+    assert torch.equal(by_index.grad, by_shard.grad)
+    assert by_shard.shard()[0] is x

@@ -186,7 +186,7 @@ def peer_gradient(node: Node, trainer) -> None:
     cfg = node.algo
     if cfg.full_batch:
         n = len(trainer.index)
-        node.compute(lambda: trainer.gradient(trainer.index), samples=n, work=n / trainer.batch_size)
+        node.compute(lambda: trainer.gradient(trainer.shard()), samples=n, work=n / trainer.batch_size)
     else:
         node.compute(trainer.gradient, samples=trainer.batch_size)
     if cfg.weight_decay:
