@@ -187,6 +187,11 @@ def test_plan_bounds_a_sim_run_by_its_algorithms_iterations(tmp_path):
     planned = plan(load_experiment(str(path)))
     (row,) = plan_rows(planned, {p.dirname for p in planned}, tmp_path / "o", False, 1)
     assert row.estimate == pytest.approx(3.0 + 0.005 * 10 * 200)
+    # on procs the iterations end it on the wall clock at a time not known ahead: unknown, not max_time's bound
+    path.write_text(path.read_text().replace('backend = "sim"', 'backend = "procs"'))
+    planned = plan(load_experiment(str(path)))
+    (row,) = plan_rows(planned, {p.dirname for p in planned}, tmp_path / "o", False, 1)
+    assert row.estimate is None
 
 
 @pytest.mark.slow

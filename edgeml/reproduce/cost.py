@@ -12,7 +12,8 @@ Estimated core-seconds per run (a rough guide for choosing ``--jobs`` and a mach
   by the algorithm's own iteration budget (its section's ``iterations``, as SNAP's and the PS schemes' have:
   every worker steps once per iteration);
 * a procs run: its reserved cores (``parallel.reservation``) times ``max_time + PROCS_SETUP_S`` (its processes
-  run on the wall clock for ``stop.max_time``, after starting and calibrating);
+  run on the wall clock for ``stop.max_time``, after starting and calibrating); unknown when its algorithm's
+  ``iterations`` ends it first;
 * a run with neither budget (``stop.max_time`` and ``stop.max_steps`` 0) and no measurement: unknown.
 """
 
@@ -75,8 +76,9 @@ def plan_rows(planned: list[PlannedRun], selected: set[str], out: Path, quick: b
     for row in rows:
         if row.measured:
             continue
-        if row.backend == "procs":
-            row.estimate = row.cores * (row.max_time + PROCS_SETUP_S) if row.max_time else None
+        if row.backend == "procs":  # on the wall clock: an iteration budget ends it at a time no one knows ahead
+            bounded = row.max_time and not iterations[row.run.dirname]
+            row.estimate = row.cores * (row.max_time + PROCS_SETUP_S) if bounded else None
         elif by_name.get(row.run.name) or by_algorithm.get((row.run.algorithm, row.run.cfg.model.name)):
             seen = by_name.get(row.run.name) or by_algorithm[(row.run.algorithm, row.run.cfg.model.name)]
             row.estimate = sum(seen) / len(seen)
@@ -112,5 +114,5 @@ def plan_table(paper: str, rows: list[PlanRow], jobs: int):
     left = sum(r.estimate or 0 for r in todo)
     line = (f"total: {total:,.0f} core-seconds for all {len(rows)} runs; {len(todo)} to run: {left:,.0f} "
             f"core-seconds, about {left / jobs / 60:,.1f} min on {jobs} core(s)"
-            + (f"; {unknown} run(s) of unknown cost (no stop.max_time or stop.max_steps)" if unknown else ""))
+            + (f"; {unknown} run(s) of unknown cost (no recorded cpu_s, no budget that bounds it)" if unknown else ""))
     return table, Text(line)
