@@ -12,7 +12,8 @@ function-level ones included, and fails on any that runs back up or closes a cyc
 - ``runtime``: the node interface and the backends that run node programs (sim, procs);
 - ``train``: the training step, the job every node shares, the cost model;
 - ``world``, ``data``, ``models``: the run's environment, data sets and partitions, models;
-- ``rundir``, ``schema``, ``errors``: the run-directory format, what a configuration is, user errors.
+- ``rundir``, ``schema``, ``errors``, ``cache``: the run-directory format, what a configuration is, user errors,
+  where edgeml keeps what it can fetch or compute again.
 """
 
 __version__ = "0.1.0"
@@ -26,6 +27,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("runtime",),
     ("train",),
     ("world", "data", "models"),
-    ("rundir", "schema", "errors"),
+    ("rundir", "schema", "errors", "cache"),
 )
 """The layers, top first: each entry names top-level modules or packages of ``edgeml``."""

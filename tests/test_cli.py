@@ -203,9 +203,11 @@ def test_a_bug_keeps_its_traceback_and_a_failed_run_is_one_line(tmp_path, monkey
 
 
 def test_cli_runner_refusal_names_the_key(tmp_path, monkeypatch):
-    """Through the Typer app directly (no deferred torch), with HOME pointing at an empty folder."""
+    """Through the Typer app directly (no deferred torch), with HOME pointing at an empty folder (and the
+    cache at its default there)."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.delenv("EDGEML_DATA", raising=False)
+    monkeypatch.delenv("EDGEML_CACHE", raising=False)
     result = runner.invoke(app, ["run", "bsp", "--dataset", "mnist", "--out", str(tmp_path / "o")])
     assert result.exit_code == 2 and "--download" in result.stderr and str(tmp_path / "home") in result.stderr
     assert not (tmp_path / "o").exists()
