@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from edgeml.cache import cache_dir
 from edgeml.errors import UserError
 
 if TYPE_CHECKING:
@@ -202,16 +203,10 @@ def _search_bases(name: str, root: str | Path | None) -> list[Path]:
     bases = []
     if os.environ.get("EDGEML_DATA"):
         bases.append(Path(os.environ["EDGEML_DATA"]).expanduser())
-    bases.append(_cache_dir(name))
+    bases.append(cache_dir(name))
     if name == "fashion-mnist":
         bases.append(_DEBIAN_FASHION_MNIST)
     return bases
-
-
-def _cache_dir(name: str) -> Path:
-    from edgeml.cache import cache_dir
-
-    return cache_dir(name)
 
 
 def _candidate_dirs(name: str, base: Path) -> list[Path]:
@@ -237,7 +232,7 @@ def _download(name: str, root: str | Path | None) -> None:
     """Fetch the original files through torchvision; reading stays with the readers here."""
     import torchvision.datasets as tvd
 
-    target = Path(root).expanduser() if root is not None else _cache_dir(name)
+    target = Path(root).expanduser() if root is not None else cache_dir(name)
     cls = {"mnist": tvd.MNIST, "fashion-mnist": tvd.FashionMNIST, "cifar10": tvd.CIFAR10}[name]
     try:
         for train in (True, False):
