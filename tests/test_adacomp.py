@@ -40,6 +40,35 @@ def test_top_c_keeps_the_largest_of_each_layer_with_ties_to_the_lowest_index():
     assert top_c(x, 1.0, spans).tolist() == list(range(12))
 
 
+def _stable_top(x: torch.Tensor, c: float, spans) -> list[int]:
+    """The definition, independently: per span, the first k of a stable sort by decreasing magnitude (NaN the
+    largest, as torch.topk orders it)."""
+    out = []
+    for offset, n in spans:
+        v = x[offset:offset + n].abs().double()
+        v = torch.where(torch.isnan(v), torch.tensor(float("inf")), v)
+        order = torch.sort(-v, stable=True).indices[: keep_count(c, n)]
+        out += sorted((order + offset).tolist())
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_top_c_matches_a_stable_sort_on_many_ties_in_both_paths(dtype):
+    """The NumPy partition (finite CPU vectors) and torch.topk (otherwise) pick the same entries as a stable
+    sort by magnitude: ties at the threshold (many of them, zeros included) to the lowest index."""
+    gen = torch.Generator().manual_seed(3)
+    spans = [(0, 7), (7, 300), (307, 1000), (1307, 3)]
+    for trial in range(30):
+        x = (torch.randint(-4, 5, (1310,), generator=gen) / 4).to(dtype)  # nine values: ties everywhere
+        if trial % 3 == 0:
+            x = torch.randn(1310, generator=gen, dtype=dtype)
+        for c in (0.5, 0.1, 0.01, 0.001, 1.0):
+            idx = top_c(x, c, spans)
+            assert idx.dtype == torch.int64 and idx.tolist() == _stable_top(x, c, spans)
+    x = torch.randn(1310, generator=gen, dtype=dtype)
+    x[400] = float("inf")  # the torch path: an infinite entry is the largest of its layer
+    assert 400 in top_c(x, 0.01, spans).tolist() and top_c(x, 0.01, spans).tolist() == _stable_top(x, 0.01, spans)
+
 # ------------------------------------------------------------------------------------------ staleness
 def test_sigma_on_a_hand_made_history_as_the_oldest_pull_advances():
     hist = TouchHistory(6, segment=2, holders=[1, 2])  # both hold version 0

@@ -154,6 +154,14 @@ def test_plan_estimates_a_run_by_its_own_finished_seeds_first(tmp_path, toy):
     assert rows[("bsp[cluster.hetero=H=1]", 1)].estimate == 10.0      # its own seed 0, not BSP's mean (20)
     assert rows[("bsp[cluster.hetero=1:3]", 1)].estimate == 30.0
     assert rows[("ssp-tight", 1)].estimate == 7.0
+    # a new entry of the same algorithm and model: BSP's runs, each scaled by the work of its budget (8 workers
+    # for 2 s against 2 workers for 2 s: four times), not their plain mean
+    wide = edit(tmp_path, toy, "[[runs]]\nname = \"ssp-tight\"",
+                "[[runs]]\nname = \"bsp-wide\"\nalgorithm = \"bsp\"\nconfig = { cluster = { workers = 8 } }\n\n"
+                "[[runs]]\nname = \"ssp-tight\"")
+    planned = plan(load_experiment(wide), quick=True, seeds=[0])
+    rows = {r.run.name: r for r in plan_rows(planned, {p.dirname for p in planned}, out, True, 1)}
+    assert not rows["bsp-wide"].measured and rows["bsp-wide"].estimate == pytest.approx(4 * (10.0 + 30.0) / 2)
 
 
 def test_plan_bounds_a_sim_runs_cost_by_the_first_budget_it_meets(tmp_path):

@@ -34,22 +34,40 @@ def keep_count(c: float, n: int) -> int:
 
 def top_c(x: torch.Tensor, c: float, spans: Spans) -> torch.Tensor:
     """Flat indices (int64, ascending) of the ``keep_count(c, n)`` largest entries of ``x`` by absolute value in
-    each span (offset, n); ties at the threshold go to the lowest indices."""
+    each span (offset, n); ties at the threshold go to the lowest indices. On a finite float CPU vector the
+    threshold (the k-th largest magnitude) comes from NumPy's partition (introselect: the same order statistic
+    as ``torch.topk``, so the same selection, several times faster on one thread); elsewhere (CUDA, NaN or
+    infinite entries) from ``torch.topk``."""
+    import numpy as np
     import torch
 
+    a = x.detach().numpy() if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) else None
+    fast = a is not None and bool(np.isfinite(a).all())
     parts = []
     for offset, n in spans:
         k = keep_count(c, n)
-        v = x[offset:offset + n].abs()
         if k == n:
             idx = torch.arange(n, device=x.device)
+        elif fast:
+            idx = torch.from_numpy(_select_numpy(np.abs(a[offset:offset + n]), k))
         else:
+            v = x[offset:offset + n].abs()
             t = torch.topk(v, k, sorted=False).values.min()  # the k-th largest magnitude
             above = torch.nonzero(v > t).reshape(-1)
             ties = torch.nonzero(v == t).reshape(-1)[: k - above.numel()]
             idx = torch.cat([above, ties]).sort().values
         parts.append(idx + offset)
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64, device=x.device)
+
+
+def _select_numpy(v, k: int):
+    """``top_c``'s selection in one span of finite magnitudes ``v``: the k largest, ties to the lowest."""
+    import numpy as np
+
+    t = np.partition(v, v.size - k)[v.size - k]  # the k-th largest magnitude
+    above = np.flatnonzero(v > t)
+    ties = np.flatnonzero(v == t)[: k - above.size]
+    return np.sort(np.concatenate([above, ties])).astype(np.int64)
 
 
 def dense_update(cfg: Any, spans: Spans, grad: torch.Tensor) -> dict[str, torch.Tensor]:

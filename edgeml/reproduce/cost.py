@@ -5,12 +5,13 @@ Estimated core-seconds per run (a rough guide for choosing ``--jobs`` and a mach
 * a run finished in the output folder with the same configuration: the ``cpu_s`` recorded in its
   ``meta.json``;
 * a sim run not finished: the mean recorded ``cpu_s`` of the same run's finished seeds in the output folder
-  (the same ``[[runs]]`` entry and sweep point), else of this experiment's finished runs of the same algorithm
-  and model there (which may differ in other settings); without any, ``SIM_SETUP_S`` plus the cost of the
-  steps simulated, which the first of its budgets bounds: ``SIM_CPU_PER_WORKER_S * workers * max_time`` by the
-  clock, ``SIM_CPU_PER_STEP_S * max_steps`` by the step count, ``SIM_CPU_PER_STEP_S * workers * iterations``
-  by the algorithm's own iteration budget (its section's ``iterations``, as SNAP's and the PS schemes' have:
-  every worker steps once per iteration);
+  (the same ``[[runs]]`` entry and sweep point), else of this experiment's finished sim runs of the same
+  algorithm and model there, each scaled by the work its budget bounds against the run's (the steps of the
+  formula below: 64 workers for 300 s cost eight times 8 workers for 300 s); without any, ``SIM_SETUP_S`` plus
+  the cost of the steps simulated, which the first of its budgets bounds: ``SIM_CPU_PER_WORKER_S * workers *
+  max_time`` by the clock, ``SIM_CPU_PER_STEP_S * max_steps`` by the step count, ``SIM_CPU_PER_STEP_S * workers
+  * iterations`` by the algorithm's own iteration budget (its section's ``iterations``, as SNAP's and the PS
+  schemes' have: every worker steps once per iteration);
 * a procs run: its reserved cores (``parallel.reservation``) times ``max_time + PROCS_SETUP_S`` (its processes
   run on the wall clock for ``stop.max_time``, after starting and calibrating); unknown when its algorithm's
   ``iterations`` ends it first;
@@ -66,29 +67,39 @@ def plan_rows(planned: list[PlannedRun], selected: set[str], out: Path, quick: b
         path = out / "runs" / p.dirname
         done = finished(path, cfg, quick)
         cpu = _cpu_s(path) if done else None
-        kind = (p.algorithm, cfg.model.name)
+        iterations[p.dirname] = int(getattr(cfg.algo, "iterations", 0) or 0)
+        row = PlanRow(p, cfg.run.backend, cfg.cluster.workers, float(cfg.stop.max_time), cfg.stop.max_steps,
+                      reservation(cfg, jobs), done, p.dirname in selected, cpu, cpu is not None)
         if cpu is not None:
             by_name.setdefault(p.name, []).append(cpu)
-            by_algorithm.setdefault(kind, []).append(cpu)
-        iterations[p.dirname] = int(getattr(cfg.algo, "iterations", 0) or 0)
-        rows.append(PlanRow(p, cfg.run.backend, cfg.cluster.workers, float(cfg.stop.max_time), cfg.stop.max_steps,
-                            reservation(cfg, jobs), done, p.dirname in selected, cpu, cpu is not None))
+            if row.backend == "sim":
+                by_algorithm.setdefault((p.algorithm, cfg.model.name), []).append((cpu, _work(row, iterations)))
+        rows.append(row)
     for row in rows:
         if row.measured:
             continue
+        work = _work(row, iterations)
+        alike = by_algorithm.get((row.run.algorithm, row.run.cfg.model.name))
         if row.backend == "procs":  # on the wall clock: an iteration budget ends it at a time no one knows ahead
             bounded = row.max_time and not iterations[row.run.dirname]
             row.estimate = row.cores * (row.max_time + PROCS_SETUP_S) if bounded else None
-        elif by_name.get(row.run.name) or by_algorithm.get((row.run.algorithm, row.run.cfg.model.name)):
-            seen = by_name.get(row.run.name) or by_algorithm[(row.run.algorithm, row.run.cfg.model.name)]
-            row.estimate = sum(seen) / len(seen)
+        elif by_name.get(row.run.name):
+            row.estimate = sum(by_name[row.run.name]) / len(by_name[row.run.name])
+        elif alike:  # scaled by the work each one's budget bounded against this run's
+            row.estimate = sum(cpu * (work / w if work and w else 1.0) for cpu, w in alike) / len(alike)
         else:
-            its = iterations[row.run.dirname]
-            bounds = ([SIM_CPU_PER_WORKER_S * row.workers * row.max_time] if row.max_time else []) + \
-                ([SIM_CPU_PER_STEP_S * row.max_steps] if row.max_steps else []) + \
-                ([SIM_CPU_PER_STEP_S * row.workers * its] if its else [])
-            row.estimate = SIM_SETUP_S + min(bounds) if bounds else None
+            row.estimate = SIM_SETUP_S + work if work is not None else None
     return rows
+
+
+def _work(row: PlanRow, iterations: dict[str, int]) -> float | None:
+    """The cost of the steps a sim run's first budget lets it simulate (the module docstring's formula, without
+    the setup); None with no budget that bounds it."""
+    its = iterations[row.run.dirname]
+    bounds = ([SIM_CPU_PER_WORKER_S * row.workers * row.max_time] if row.max_time else []) + \
+        ([SIM_CPU_PER_STEP_S * row.max_steps] if row.max_steps else []) + \
+        ([SIM_CPU_PER_STEP_S * row.workers * its] if its else [])
+    return min(bounds) if bounds else None
 
 
 def _seconds(s: float | None) -> str:
