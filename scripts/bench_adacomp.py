@@ -1,0 +1,213 @@
+"""AdaComp at the paper's scale: the cost of one parameter-server update, and the memory of a 200-worker CNN run.
+
+Cost (one process, one torch thread, the three methods' pieces alternating in rounds so that a drifting host
+affects all alike): per update, a worker's mini-batch gradient of the adacomp-cnn at batch 10 (the work every
+method shares), each method's selection at the worker (AdaComp: the c largest of every layer and their
+encoding, adacomp.txt Alg. 1 lines 13-16; Comp-ASGD: the c largest of the whole update; ASGD: none) and each
+method's step at the PS (AdaComp: Alg. 2, sigma_k for the kept entries from the touch history, alpha / sigma_k,
+the apply, the history's record and the pull that answers; ASGD and Comp-ASGD: alpha / sigma on the whole
+update or on its kept entries), with ``--workers`` workers pushing in random order, so that the history holds
+as many outstanding pulls as a run's. Reported in microseconds and as ratios to the gradient.
+
+Memory: ``edgeml run`` of ASGD and of AdaComp (each ``--c``) with ``--workers`` workers on the sim backend for
+``--updates`` PS updates, each in a child process: its peak resident memory (ru_maxrss), and for AdaComp the
+largest ``ps_memory`` the run logged (the staleness history, with its bound). Target: peak < 4 GiB.
+
+Usage: python scripts/bench_adacomp.py [--workers 200] [--c 0.1 0.01 0.001] [--updates 10000] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ["OMP_NUM_THREADS"] = "1"
+import torch  # noqa: E402
+
+from _bench import ROOT, record  # noqa: E402
+from edgeml.algorithms.adacomp import staleness_rate  # noqa: E402
+from edgeml.algorithms.adacomp_compression import keep_count, top_c  # noqa: E402
+from edgeml.algorithms.adacomp_staleness import TouchHistory  # noqa: E402
+from edgeml.config import load_config  # noqa: E402
+from edgeml.runner import prepare  # noqa: E402
+from edgeml.runtime import wire  # noqa: E402
+
+TARGET_BYTES = 4 * 2 ** 30
+SETTINGS = ["run.backend='sim'", "data.dataset='fashion-mnist'", "data.batch_size=10", "model.name='adacomp-cnn'",
+            "cluster.base_step_s=0.01", "cluster.random_wait_s=0.01", "stop.max_time=100000",
+            "eval.interval=0.05", "eval.test_samples=2000"]
+
+
+class Methods:
+    """Each method's worker selection and PS step on a shared model, with ``workers`` pulls outstanding."""
+
+    def __init__(self, trainer, workers: int, c: float, seed: int = 0):
+        self.trainer, self.workers, self.c = trainer, workers, c
+        self.spans = trainer.spans
+        self.W = trainer.params.detach().clone()
+        size = self.W.numel()
+        kept = sum(keep_count(c, n) for _, n in self.spans)
+        self.history = TouchHistory(size, -(-size // kept), range(workers))
+        self.version = 0
+        self.pulled = [0] * workers
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def next_worker(self) -> int:
+        return int(torch.randint(self.workers, (1,), generator=self.gen))
+
+    def gradient(self) -> torch.Tensor:
+        self.trainer.gradient()
+        return self.trainer.grad
+
+    # worker side
+    def select_adacomp(self, g):
+        return wire.sparse_layers(g, top_c(g, self.c, self.spans), self.spans)
+
+    def select_comp_asgd(self, g):
+        return wire.sparse(g, top_c(g, self.c, [(0, g.numel())]))
+
+    # PS side (alpha 0.01; the values applied do not matter to the cost)
+    def step_adacomp(self, w: int, payload) -> None:
+        index, values = wire.sparse_layers_decode(payload, self.spans)
+        sigma = self.history.sigma(w, index)
+        self.W.index_add_(0, index, values * staleness_rate(0.01, sigma), alpha=-1.0)
+        self.history.record(index[values != 0])
+        self.history.pull(w)
+
+    def step_asgd(self, w: int, g) -> None:
+        staleness = self.version - self.pulled[w]
+        self.W.add_(g, alpha=-staleness_rate(0.01, staleness))
+        self.version += 1
+        self.pulled[w] = self.version
+
+    def step_comp_asgd(self, w: int, payload) -> None:
+        index, values = wire.sparse_decode(payload)
+        staleness = self.version - self.pulled[w]
+        self.W.index_add_(0, index, values, alpha=-staleness_rate(0.01, staleness))
+        self.version += 1
+        self.pulled[w] = self.version
+
+
+def time_pieces(m: Methods, updates: int) -> dict[str, float]:
+    """Seconds of each piece over ``updates`` updates (the gradient recomputed for each)."""
+    t = dict.fromkeys(["gradient", "adacomp select", "adacomp PS step", "comp-asgd select",
+                       "comp-asgd PS step", "asgd PS step"], 0.0)
+    for _ in range(updates):
+        w = m.next_worker()
+        t0 = time.perf_counter()
+        g = m.gradient()
+        t1 = time.perf_counter()
+        p = m.select_adacomp(g)
+        t2 = time.perf_counter()
+        m.step_adacomp(w, p)
+        t3 = time.perf_counter()
+        q = m.select_comp_asgd(g)
+        t4 = time.perf_counter()
+        m.step_comp_asgd(w, q)
+        t5 = time.perf_counter()
+        m.step_asgd(w, g)
+        t6 = time.perf_counter()
+        for key, dt in zip(t, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5)):
+            t[key] += dt
+    return t
+
+
+CHILD = """
+import json, resource, sys
+from pathlib import Path
+from edgeml.config import load_config
+from edgeml.runner import run
+path = run(load_config(overrides=sys.argv[1:]), quiet=True)
+print(json.dumps({"path": str(path), "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+"""
+
+
+def whole_run(out: Path, algorithm: str, workers: int, updates: int, c: float | None) -> dict:
+    """One run in a child process: wall seconds, peak RSS and (AdaComp) the largest staleness-history size."""
+    overrides = [*SETTINGS, f"run.algorithm='{algorithm}'", f"cluster.workers={workers}",
+                 f"stop.max_steps={updates}", f"run.out='{out}'", f"{algorithm}.lr=0.03"]
+    if c is not None:
+        overrides.append(f"{algorithm}.c={c}")
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, "-c", CHILD, *overrides], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    wall = time.perf_counter() - t0
+    info = json.loads(res.stdout.strip().splitlines()[-1])
+    row = {"wall_s": wall, "peak_bytes": info["maxrss_kib"] * 1024, "history": None, "bound": None}
+    if algorithm == "adacomp":
+        from edgeml.rundir import read_file
+        import io
+
+        import pandas as pd
+
+        series = pd.read_csv(io.StringIO(read_file(Path(info["path"]), "series/ps_memory.csv").decode()))
+        row["history"], row["bound"] = int(series["bytes"].max()), int(series["bound_bytes"].max())
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workers", type=int, default=200)
+    ap.add_argument("--c", type=float, nargs="+", default=[0.1, 0.01, 0.001])
+    ap.add_argument("--updates", type=int, default=10000, help="PS updates of each whole run")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds of the cost measurement")
+    ap.add_argument("--per-round", type=int, default=200, help="updates per round of the cost measurement")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+
+    job = prepare(load_config(overrides=[*SETTINGS, "run.algorithm='adacomp'", "stop.max_steps=1",
+                                         f"cluster.workers={args.workers}"]))[0]
+    cost_rows = []
+    for c in args.c:
+        m = Methods(job.trainer(0), args.workers, c)
+        time_pieces(m, 20)  # warm-up
+        total = dict.fromkeys(time_pieces(m, 1), 0.0)
+        for _ in range(args.rounds):
+            for key, dt in time_pieces(m, args.per_round).items():
+                total[key] += dt
+        n = args.rounds * args.per_round
+        us = {k: 1e6 * v / n for k, v in total.items()}
+        g = us["gradient"]
+        ada = us["adacomp select"] + us["adacomp PS step"]
+        comp = us["comp-asgd select"] + us["comp-asgd PS step"]
+        cost_rows.append(f"| {c:g} | {g:.0f} | {us['adacomp select']:.0f} | {us['adacomp PS step']:.0f} | "
+                         f"**{ada / g:.2f}** | {us['comp-asgd select']:.0f} | {us['comp-asgd PS step']:.0f} | "
+                         f"{comp / g:.2f} | {us['asgd PS step']:.0f} | {us['asgd PS step'] / g:.2f} |")
+
+    mem_rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for algorithm, c in [("asgd", None), *(("adacomp", c) for c in args.c)]:
+            r = whole_run(Path(tmp), algorithm, args.workers, args.updates, c)
+            hist = (f"{r['history'] / 2 ** 20:.1f} MiB (bound {r['bound'] / 2 ** 20:.1f} MiB)"
+                    if r["history"] is not None else "-")
+            verdict = "met" if r["peak_bytes"] < TARGET_BYTES else "not met"
+            mem_rows.append(f"| {algorithm} | {'-' if c is None else f'{c:g}'} | {args.updates} | "
+                            f"{r['wall_s']:.0f} | {1e3 * r['wall_s'] / args.updates:.1f} | "
+                            f"**{r['peak_bytes'] / 2 ** 30:.2f}** | {hist} | {verdict} |")
+
+    record("adacomp", [
+        f"The adacomp-cnn (211,690 parameters) on Fashion-MNIST, batch 10, {args.workers} workers, one torch "
+        "thread. Cost per update: the pieces of one update alternate in one process (a worker's gradient, "
+        "each method's selection and its PS step, the PS's staleness history holding every worker's "
+        f"outstanding pull); {args.rounds} rounds of {args.per_round} updates; microseconds per update and, in "
+        "bold, AdaComp's selection and PS step together as a fraction of the gradient.", "",
+        "| c | gradient us | AdaComp select us | AdaComp PS step us | AdaComp / gradient | Comp-ASGD select us | "
+        "Comp-ASGD PS step us | Comp-ASGD / gradient | ASGD PS step us | ASGD / gradient |",
+        "|---|---|---|---|---|---|---|---|---|---|", *cost_rows, "",
+        f"Whole runs (`edgeml run` on the sim backend in a child process, {args.workers} workers, the "
+        "experiment's settings: random waits, evaluation every 0.05 s on 2,000 test images): wall time, peak "
+        "resident memory of the process (ru_maxrss) and the largest staleness history the PS logged "
+        "(`ps_memory`, with the bound of edgeml/algorithms/adacomp_staleness.py).", "",
+        "| method | c | updates | wall s | ms per update | peak memory GiB | staleness history | target |",
+        "|---|---|---|---|---|---|---|---|", *mem_rows, "",
+        f"Target: peak memory < {TARGET_BYTES / 2 ** 30:.0f} GiB with {args.workers} workers."])
+
+
+if __name__ == "__main__":
+    main()
