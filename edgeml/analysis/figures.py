@@ -24,7 +24,7 @@ import pandas as pd
 from edgeml import rundir
 from edgeml.analysis import plots
 from edgeml.analysis.compare import QUANTITIES, Comparison, claim_samples, compare
-from edgeml.analysis.convergence import Target
+from edgeml.analysis.convergence import TARGET_METRICS, Target
 from edgeml.analysis.names import key_name, method_of, setting_text
 from edgeml.rundir import NODES, NODES_NEEDED, SERIES, Run, flat_config, fmt_value
 
@@ -190,13 +190,20 @@ def panel_names() -> tuple[str, ...]:
     return STANDARD_PANELS + tuple(plots.SERIES_FIGURES)
 
 
+SUMMARY_NAMES = {"best_accuracy": "best test accuracy", "final_accuracy": "final test accuracy",
+                 "best_loss": "best test loss", "final_loss": "final test loss"}
+"""Axis names of the run summaries' metrics that an ``against`` panel may draw."""
+
+
 def axis_label(metric: str, target: Target, labels: dict[str, str] | None = None) -> str:
     """An axis's name: a metric with its target and unit, or a config key by its short name (``key_name``)."""
     if metric in QUANTITIES:
         unit = {"time": " (s)", "steps": "", "bytes": " (bytes)", "ingress": " (bytes into the PS)", "iterations": "",
                 "cost": " (byte-hops)"}[QUANTITIES[metric]]
         return f"{QUANTITIES[metric]} until {replace(target, note='')}{unit}"
-    return key_name(metric, labels) if "." in metric else metric
+    if "." in metric:
+        return key_name(metric, labels)
+    return SUMMARY_NAMES.get(metric, metric)
 
 
 def against_data(runs: list[Run], cmp: Comparison, x: str, ys: list[str],
@@ -341,8 +348,9 @@ def plan_figures(runs: list[Run], out: Path, cmp: Comparison | None = None, pane
             figures.append((f"against_{x}", lambda data=data, x=x, ys=ys, names=names:
                             plots.against(data, x, ys, names, ctx),
                             f"{paper}{', '.join(names[y] for y in ys)} against {names[x]}: mean over seeds with "
-                            f"95% bootstrap intervals ({measured}); a hollow point marked '>' never reached the "
-                            "target: it is drawn at what the run lasted"))
+                            f"95% bootstrap intervals ({measured})"
+                            + ("; a hollow point marked '>' never reached the target: it is drawn at what the run "
+                               "lasted" if any(m in TARGET_METRICS for m in [x, *ys]) else "")))
     return [PendingFigure(FigureFile(name, out / f"{name}.png", caption if cite else caption[:1].upper() + caption[1:],
                                      pdf), make) for name, make, caption in figures]
 
