@@ -31,7 +31,7 @@ os.environ["OMP_NUM_THREADS"] = "1"
 import torch  # noqa: E402
 
 from _bench import ROOT, record  # noqa: E402
-from edgeml.algorithms.adacomp import staleness_rate  # noqa: E402
+from edgeml.algorithms.adacomp import adacomp_update, staleness_rate  # noqa: E402
 from edgeml.algorithms.adacomp_compression import keep_count, top_c  # noqa: E402
 from edgeml.algorithms.adacomp_staleness import TouchHistory  # noqa: E402
 from edgeml.config import load_config  # noqa: E402
@@ -74,10 +74,7 @@ class Methods:
 
     # PS side (alpha 0.01; the values applied do not matter to the cost)
     def step_adacomp(self, w: int, payload) -> None:
-        index, values = wire.sparse_layers_decode(payload, self.spans)
-        sigma = self.history.sigma(w, index)
-        self.W.index_add_(0, index, values * staleness_rate(0.01, sigma), alpha=-1.0)
-        self.history.record(index[values != 0])
+        adacomp_update(self.W, self.history, self.spans, w, payload, 0.01)
         self.history.pull(w)
 
     def step_asgd(self, w: int, g) -> None:

@@ -114,6 +114,19 @@ def staleness_rate(alpha: float, sigma: int | torch.Tensor, aware: bool = True) 
     return alpha / sigma.clamp(min=1).to(torch.float32)
 
 
+def adacomp_update(W, history, spans, src: int, data, alpha: float, aware: bool = True) -> torch.Tensor:
+    """Apply one AdaComp push ``data`` (each layer's kept entries) from worker ``src`` to ``W`` in place: sigma_k
+    of each kept entry from the touch ``history`` (Eq. 3), each entry at its rate alpha / sigma_k (Eqs. 4-5),
+    then the touched entries recorded. Returns the sigma_k. The PS's step, and what the benchmark times."""
+    from edgeml.runtime import wire
+
+    index, values = wire.sparse_layers_decode(data, spans)
+    sigma = history.sigma(src, index)
+    W.index_add_(0, index, values * staleness_rate(alpha, sigma, aware), alpha=-1.0)
+    history.record(index[values != 0])
+    return sigma
+
+
 def asgd_rule(ps: ParameterServer, msg: Message, staleness: int) -> None:
     """Theta -= alpha / sigma * dTheta, alpha when sigma = 0 (adacomp.txt Sec. V-B)."""
     from edgeml.runtime import wire
@@ -175,16 +188,11 @@ class AdaCompServer(AsyncServer):
         self.sigma_hist = Histogram()
 
     def step(self, msg: Message, staleness: int) -> None:
-        from edgeml.runtime import wire
-
         # Alg. 2 line 4: the push names the version it was computed on, the one this worker last pulled
         assert msg["version"] == self.pulled[msg.src], "a push computed on a model its worker never pulled"
-        index, values = wire.sparse_layers_decode(msg.data, self.spans)
-        sigma = self.history.sigma(msg.src, index)
+        sigma = adacomp_update(self.W, self.history, self.spans, msg.src, msg.data, self.eta,
+                               self.node.algo.staleness_aware)
         self.sigma_hist.add(sigma)
-        rate = staleness_rate(self.eta, sigma, self.node.algo.staleness_aware)
-        self.W.index_add_(0, index, values * rate, alpha=-1.0)
-        self.history.record(index[values != 0])
 
     def reply(self, dst: int, tag: str = "model", **extra: Any) -> None:
         super().reply(dst, tag, **extra)
