@@ -213,3 +213,29 @@ def test_local_response_norm_gives_torchs_bits_forward_and_backward(size: int) -
         (a * w).sum().backward()
         (b * w).sum().backward()
         assert torch.equal(a, b) and torch.equal(ours.grad, theirs.grad)
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_channels_last_conv_is_the_convolution_and_trains_the_flat_vector(channels: int) -> None:
+    """``ChannelsLastConv2d`` (adacomp-cnn's layers) computes nn.Conv2d's convolution in channels-last format:
+    the same output and gradients up to float32 rounding, an output in channels-last memory, and gradients that
+    land in the weight's own storage (here a view of a flat vector, as ``train.flatten_module`` seats it)."""
+    from edgeml.models import ChannelsLastConv2d
+    from edgeml.train import flatten_module
+
+    torch.manual_seed(0)
+    ours = ChannelsLastConv2d(channels, 8, 3, padding=1)
+    ref = nn.Conv2d(channels, 8, 3, padding=1)
+    ref.load_state_dict(ours.state_dict())
+    params, grads = flatten_module(ours)
+    x = torch.randn(4, channels, 12, 12)
+    out, expected = ours(x), ref(x)
+    assert out.is_contiguous(memory_format=torch.channels_last) and not expected.is_contiguous(
+        memory_format=torch.channels_last)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+    weights = torch.randn(expected.shape)
+    (out * weights).sum().backward()
+    (expected * weights).sum().backward()
+    assert grads.abs().sum() > 0  # the gradients are in the flat vector
+    torch.testing.assert_close(grads, torch.cat([ref.weight.grad.reshape(-1), ref.bias.grad]), rtol=1e-5, atol=1e-5)
+    assert params.data_ptr() == ours.weight.data_ptr()  # still the flat vector's view
