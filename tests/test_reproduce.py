@@ -600,6 +600,27 @@ def test_resume_runs_again_a_run_made_before_a_default_changed_what_edgeml_does(
     assert finished(path, new, quick=False)
 
 
+
+def test_resume_keeps_a_run_made_with_other_threads(tmp_path):
+    """``run.threads`` sets how many cores a run computes on, not what it computes: --resume keeps a finished run
+    made with one thread when the experiment now asks for two (a long run given both cores of a session), and
+    still runs again one whose other settings differ."""
+    import tomli_w
+
+    from edgeml import rundir
+    from edgeml.config import build_config
+    from edgeml.reproduce.execute import finished
+
+    path = tmp_path / "one-thread"
+    path.mkdir()
+    made = build_config({"run": {"algorithm": "bsp", "threads": 1}}, paths=False)
+    (path / rundir.CONFIG).write_text(tomli_w.dumps(rundir.toml_safe(made.to_dict())))
+    (path / rundir.SUMMARY).write_text(json.dumps({"status": "completed"}))
+    (path / rundir.EXPERIMENT).write_text(json.dumps({"run": "bsp", "quick": False}))
+    assert finished(path, build_config({"run": {"algorithm": "bsp", "threads": 2}}, paths=False), quick=False)
+    assert not finished(path, build_config({"run": {"algorithm": "bsp", "threads": 2, "seed": 1}}, paths=False),
+                        quick=False)
+
 SEARCHED = """
 [experiment]
 paper = "toy"

@@ -54,7 +54,9 @@ def _defaults(algorithm: str) -> dict:
 def finished(path: Path, cfg, quick: bool) -> bool:
     """Whether ``path`` holds a finished run of exactly ``cfg`` from this reproduction (``--resume`` keeps it).
 
-    The output folder itself (``run.out``) may differ: a reproduction can be continued from another place. A
+    The output folder itself (``run.out``) may differ: a reproduction can be continued from another place; and so
+    may the torch threads a run computes with (``run.threads``): they set how fast it runs, not what it computes
+    (its float sums may round another way), so a run can take more cores where a session allows. A
     setting the run's ``config.toml`` lacks (one added to edgeml after the run) counts as the same where the new
     configuration keeps it at its default: a setting is added with the default that does what edgeml did
     before, so a reproduction spanning sessions keeps its finished runs; unless the new default changed what
@@ -62,7 +64,7 @@ def finished(path: Path, cfg, quick: bool) -> bool:
     from edgeml.schema import FORMER_DEFAULTS
 
     def comparable(config: dict) -> dict:
-        return {**config, "run": {k: v for k, v in config.get("run", {}).items() if k != "out"}}
+        return {**config, "run": {k: v for k, v in config.get("run", {}).items() if k not in ("out", "threads")}}
 
     try:
         done, tag = rundir.read_json(path, rundir.SUMMARY), rundir.read_json(path, rundir.EXPERIMENT)
