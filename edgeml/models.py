@@ -121,11 +121,12 @@ def _with_head(name: str, features: nn.Sequential, shape: tuple[int, int, int], 
 
 class ChannelsLastConv2d(nn.Conv2d):
     """``nn.Conv2d`` computed in channels-last memory format: its output, and so the ReLU and max-pooling after it,
-    are channels-last, which torch's CPU kernels run much faster for small CNNs (an adacomp-cnn training step about
-    1.4x, ``scripts/bench_conv_layout.py``; torch's channels-first max-pooling took a quarter of it). The weight
-    stays where ``train.flatten_module`` puts it, in its own layout: each forward pass takes a channels-last copy of
-    it (a view when it has one input channel, whose two layouts order memory alike). The numbers are a
-    convolution's, summed in another order than ``nn.Conv2d``'s: equal up to float32 rounding, and deterministic."""
+    are channels-last, which torch's CPU kernels run much faster for small CNNs (an adacomp-cnn training step
+    1.2-1.5x, its evaluation 1.7-2.4x: ``scripts/bench_conv_layout.py``; torch's channels-first max-pooling took
+    a quarter of a step). The weight stays where ``train.flatten_module`` puts it, in its own layout: each forward
+    pass takes a channels-last copy of it (a view when it has one input channel, whose two layouts order memory
+    alike). The numbers are a convolution's, summed in another order than ``nn.Conv2d``'s: equal up to float32
+    rounding, and deterministic."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight
