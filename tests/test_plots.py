@@ -592,3 +592,16 @@ def test_a_figure_that_fails_in_a_child_raises_in_the_caller(tmp_path):
         with pytest.raises(ValueError, match="no such column"):
             draw(pending, processes=3)
         assert not multiprocessing.active_children()
+
+
+def test_against_a_named_setting_places_each_value_at_its_own_tick():
+    # SNAP-0's weight matrices by name: a method run at only some of them keeps each at its own tick
+    rows = [{"method": "fixed", "point": f"snap0.weights={w}", "seed": s, "snap0.weights": w, "iterations": 60.0 + i}
+            for i, w in enumerate(("eq24", "problem22", "problem23")) for s in (0, 1)]
+    rows += [{"method": "bound", "point": f"snap0.weights={w}", "seed": s, "snap0.weights": w, "iterations": 90.0}
+             for w in ("eq24", "problem23") for s in (0, 1)]
+    ax = plots.against(pd.DataFrame(rows), "snap0.weights", ["iterations"], {}).axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["eq24", "problem22", "problem23"]
+    fixed, bound = (list(line.get_xdata()) for line in data_lines(ax))
+    assert [round(v) for v in fixed] == [0, 1, 2]
+    assert [round(v) for v in bound] == [0, 2]  # problem23 at its tick, not at problem22's

@@ -73,7 +73,8 @@ def against(df: pd.DataFrame, x: str, ys: list[str], labels: dict[str, str], con
     placed = df[~df["method"].isin(reference)]
     numeric = pd.to_numeric(placed[x], errors="coerce").notna().all()
     xs_all = pd.to_numeric(placed[x], errors="coerce") if numeric else None
-    values = np.unique(xs_all.to_numpy(float)) if numeric else np.arange(len(order_of(placed, "point")), dtype=float)
+    categories = order_of(placed, "point")  # a named setting's values (W: eq24, problem22...), in order of appearance
+    values = np.unique(xs_all.to_numpy(float)) if numeric else np.arange(len(categories), dtype=float)
     logx = bool(numeric and values.min() > 0 and values.max() / values.min() >= 8)
     # at a swept setting's values, methods side by side (dodged by up to a quarter of the gap between values),
     # so that methods with equal results do not hide each other; a measured x stays where it was measured
@@ -100,8 +101,10 @@ def against(df: pd.DataFrame, x: str, ys: list[str], labels: dict[str, str], con
                     levels.append((ym, method))
                 continue
             pts = []
-            for k, (_point, g) in enumerate(d.groupby("point", sort=False)):
-                xv = pd.to_numeric(g[x]).to_numpy(float) if numeric else np.full(len(g), k, dtype=float)
+            for point, g in d.groupby("point", sort=False):
+                # a named value sits at its own tick, whichever of the values this method was run at
+                xv = pd.to_numeric(g[x]).to_numpy(float) if numeric else \
+                    np.full(len(g), categories.index(point), dtype=float)
                 yv = g[y].to_numpy(float)
                 censored = bool(g.get(f"{y}_censored", pd.Series(False, index=g.index)).any())
                 xm, xl, xh = bootstrap_ci(xv)
@@ -127,10 +130,10 @@ def against(df: pd.DataFrame, x: str, ys: list[str], labels: dict[str, str], con
                 ax.set_xticks(values)
                 ax.xaxis.set_minor_locator(NullLocator())
             ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        if not numeric:
-            points = order_of(df, "point")  # each named by its value of x (a point may set other keys too)
-            at = df.drop_duplicates("point").set_index("point")[x] if x in df else None
-            ax.set_xticks(range(len(points)), [str(at[p]) if at is not None else p.split("=", 1)[-1] for p in points])
+        if not numeric:  # each named by its value of x (a point may set other keys too)
+            at = placed.drop_duplicates("point").set_index("point")[x] if x in placed else None
+            ax.set_xticks(range(len(categories)),
+                          [str(at[p]) if at is not None else p.split("=", 1)[-1] for p in categories])
         ax.set_xlabel(labels.get(x, x))
         ax.set_ylabel(labels.get(y, y))
         ax.set_title(textwrap.fill(f"{labels.get(y, y)} against {labels.get(x, x)}", 48))
