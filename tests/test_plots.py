@@ -605,3 +605,14 @@ def test_against_a_named_setting_places_each_value_at_its_own_tick():
     fixed, bound = (list(line.get_xdata()) for line in data_lines(ax))
     assert [round(v) for v in fixed] == [0, 1, 2]
     assert [round(v) for v in bound] == [0, 2]  # problem23 at its tick, not at problem22's
+
+
+def test_the_exchange_figure_keeps_equal_lines_apart_by_their_markers():
+    # SNAP-0 and SNO both send every value: their lines coincide, their markers must not
+    base = pd.DataFrame({"time_s": 0.0, "rank": 1, "role": "worker", "iteration": range(40), "sent": 50,
+                         "values": 50, "threshold": 0.0, "seed": 0, "setting": ""})
+    df = pd.concat([base.assign(run="snap0", method="SNAP-0"), base.assign(run="sno", method="SNO")])
+    a, b = plots.exchange(df).axes[0].get_lines()
+    assert a.get_ydata().tolist() == b.get_ydata().tolist()
+    marked = [set(np.arange(40)[line.get_markevery()[0]::line.get_markevery()[1]]) for line in (a, b)]
+    assert marked[0] and marked[1] and not marked[0] & marked[1]

@@ -201,7 +201,8 @@ def exchange(df: pd.DataFrame, context: str = "") -> Figure:
     """SNAP's selective exchange (snap.txt Sec. IV-C, Fig. 4(b)): the fraction of the values its frames could
     carry that the peers sent, per iteration (summed over peers, mean over seeds; SNO sends every value, SNAP-0
     every changed one), and the APE threshold in force (mean over peers and seeds; 0 for SNAP-0 and SNO, left
-    out), both on log axes. Where a run's restart flags are logged, its stage ends are ticked on the threshold."""
+    out), both on log axes; each run's markers start at their own offset, so that equal lines stay told apart.
+    Where a run's restart flags are logged, its stage ends are ticked on the threshold."""
     st = Styles.of(df)
     fig, axes = new_figure(1, 2, 11, 4.6)
     per = (df.groupby(["run", "method", "seed", "iteration"], sort=False)
@@ -209,11 +210,15 @@ def exchange(df: pd.DataFrame, context: str = "") -> Figure:
     per = per.assign(fraction=per["sent"] / per["values"].where(per["values"] > 0))
     mean = per.groupby(["run", "method", "iteration"], sort=False)[["fraction", "threshold"]].mean().reset_index()
     floor = None
-    for run, d in mean.groupby("run", sort=False):
+    runs = mean.groupby("run", sort=False)
+    for k, (run, d) in enumerate(runs):
         method = d["method"].iloc[0]
         ls = st.dash[df.loc[df["run"] == run, "setting"].iloc[0]] if "setting" in df else "-"
+        # markers staggered between runs, so that equal lines (SNAP-0 and SNO both sending every value) each
+        # show their own
+        every = max(1, len(d) // 8)
         kw = dict(color=st.colour[method], marker=st.marker[method], ls=ls, lw=1.3, ms=5,
-                  markevery=max(1, len(d) // 8))
+                  markevery=(k * every // runs.ngroups, every))
         positive = d[d["fraction"] > 0]
         axes[0].plot(positive["iteration"], positive["fraction"], **kw)
         if (d["fraction"] == 0).any():
