@@ -596,15 +596,19 @@ def test_a_figure_that_fails_in_a_child_raises_in_the_caller(tmp_path):
 
 def test_against_a_named_setting_places_each_value_at_its_own_tick():
     # SNAP-0's weight matrices by name: a method run at only some of them keeps each at its own tick
+    names = ("eq24", "problem22", "problem23", "optimized")
     rows = [{"method": "fixed", "point": f"snap0.weights={w}", "seed": s, "snap0.weights": w, "iterations": 60.0 + i}
-            for i, w in enumerate(("eq24", "problem22", "problem23")) for s in (0, 1)]
+            for i, w in enumerate(names) for s in (0, 1)]
     rows += [{"method": "bound", "point": f"snap0.weights={w}", "seed": s, "snap0.weights": w, "iterations": 90.0}
-             for w in ("eq24", "problem23") for s in (0, 1)]
+             for w in ("eq24", "problem23", "optimized") for s in (0, 1)]
     ax = plots.against(pd.DataFrame(rows), "snap0.weights", ["iterations"], {}).axes[0]
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["eq24", "problem22", "problem23"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == list(names)
     fixed, bound = (list(line.get_xdata()) for line in data_lines(ax))
-    assert [round(v) for v in fixed] == [0, 1, 2]
-    assert [round(v) for v in bound] == [0, 2]  # problem23 at its tick, not at problem22's
+    assert [round(v) for v in fixed] == [0, 1, 2, 3]
+    # problem23 at its tick, not at problem22's; the line joins it to optimized, not across problem22 to eq24
+    assert [round(v) for v in bound] == [2, 3]
+    marked = sorted(round(float(c.lines[0].get_xdata()[0])) for c in ax.containers if c.lines[0].get_marker() == "s")
+    assert marked == [0, 2, 3]
 
 
 def test_the_exchange_figure_keeps_equal_lines_apart_by_their_markers():

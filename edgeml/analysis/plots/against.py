@@ -111,7 +111,7 @@ def against(df: pd.DataFrame, x: str, ys: list[str], labels: dict[str, str], con
                 if xh == xl:
                     xm = xl = xh = shifted(xm, method)
                 ym, yl, yh = bootstrap_ci(yv)
-                pts.append((xm, ym))
+                pts.append((xm, ym, float(xv[0]) if not numeric else 0.0))
                 ax.errorbar(xm, ym, yerr=None if censored else label_spans(ym, yl, yh),
                             xerr=label_spans(xm, xl, xh) if xh > xl else None, color=st.colour[method],
                             marker=st.marker[method], mfc="white" if censored else st.colour[method], capsize=3,
@@ -119,9 +119,18 @@ def against(df: pd.DataFrame, x: str, ys: list[str], labels: dict[str, str], con
                 if censored:
                     ax.annotate(">", (xm, ym), xytext=(0, 5), textcoords="offset points", ha="center",
                                 va="bottom", fontsize=11, fontweight="bold", color=st.colour[method])
-            if pts:
-                px, py = zip(*sorted(pts))
-                ax.plot(px, py, color=st.colour[method], lw=1.3, alpha=0.8)
+            # one line through the points; between named values only where they are neighbours (a line
+            # across a value the method was not run at would pass through a point it does not have)
+            pts.sort()
+            pieces = [[pts[0]]] if pts else []
+            for prev, cur in zip(pts, pts[1:]):
+                if numeric or cur[2] - prev[2] == 1:
+                    pieces[-1].append(cur)
+                else:
+                    pieces.append([cur])
+            for piece in (p for p in pieces if len(p) > 1):
+                ax.plot([p[0] for p in piece], [p[1] for p in piece], color=st.colour[method], lw=1.3,
+                        alpha=0.8)
         _label_levels(ax, levels, df[y], st)
         if logx:
             ax.set_xscale("log", base=2)
