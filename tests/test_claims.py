@@ -115,7 +115,8 @@ def verdict(c: Claim, table: pd.DataFrame, target: str = "loss<=0.9"):
     ({0: 500.0, 1: 520.0, 2: 480.0}, 0.8, "weaker"),           # 50%: the whole interval below 0.9 x 80%
     ({0: 100.0, 1: 120.0, 2: 80.0}, 0.5, "stronger"),          # 90%: the whole interval above 50% / 0.9
     ({0: 1100.0, 1: 1200.0, 2: 1150.0}, 0.8, "does not hold"),  # slower in every seed
-    ({0: 600.0, 1: 1400.0, 2: 900.0}, 0.8, "inconclusive"),    # the interval straddles 0
+    ({0: 600.0, 1: 1400.0, 2: 900.0}, 0.3, "inconclusive"),    # the interval straddles 0 and reaches 30%
+    ({0: 600.0, 1: 1400.0, 2: 900.0}, 0.8, "does not hold"),   # ... but stays below 0.9 x 80%: 80% is excluded
     ({0: 200.0, 1: 220.0, 2: 180.0}, None, "holds"),           # a direction: the interval lies above 0
 ])
 def test_verdicts_rest_on_the_paired_interval(new, paper, expected):
@@ -136,6 +137,30 @@ def test_an_effect_below_one_evaluation_interval_is_not_resolved():
     assert r.verdict == "not resolved"
     r = verdict(claim(), timed({0: 260.0, 1: 260.0}, {0: 300.0, 1: 300.0}))
     assert r.verdict == "holds"  # two intervals apart
+
+
+def test_an_unresolved_effect_still_excludes_a_paper_figure_beyond_the_resolution():
+    # 290 s against 300 s on 20 s evaluations: the sign is not resolved, but even with every run 20 s sooner and
+    # every baseline 20 s later (270 s against 320 s, 16% less) the effect stays far below the paper's 80%
+    same = timed({0: 290.0, 1: 300.0, 2: 300.0}, {0: 300.0, 1: 300.0, 2: 290.0})
+    r = verdict(claim(paper=0.8), same)
+    assert r.verdict == "does not hold" and "same" in r.words
+    # the paper's 15% lies within one evaluation interval of it: not resolved, as a direction claim is
+    assert verdict(claim(paper=0.15), same).verdict == "not resolved"
+    assert verdict(claim(), same).verdict == "not resolved"
+    # a paper figure on the higher side ("takes 50% more time") is moved the other way round
+    assert verdict(claim(paper=-0.5), same).verdict == "does not hold"
+    assert verdict(claim(paper=-0.1), same).verdict == "not resolved"
+    # a ratio as well: 2x faster is excluded, 1.1x is not
+    assert verdict(claim("ratio", paper=2.0), same).verdict == "does not hold"
+    assert verdict(claim("ratio", paper=1.1), same).verdict == "not resolved"
+
+
+def test_a_measured_interval_decides_as_an_upper_bound_would():
+    # a measured interval short of the paper's figure reads as a censored run's bound does (both exclude 50%)
+    bound = verdict(claim(paper=0.5), timed({0: None}, {0: 1500.0}))
+    measured = verdict(claim(paper=0.5), timed({0: 900.0, 1: 1100.0, 2: 1000.0}, {0: 1000.0, 1: 1000.0, 2: 1200.0}))
+    assert bound.verdict.startswith("does not hold") and measured.verdict == "does not hold", measured
 
 
 def test_a_margin_at_least_the_resolution_decides_an_unresolved_difference():
@@ -401,7 +426,7 @@ def test_a_headline_claim_needs_five_seeds_to_read_a_decisive_verdict(seeds, exp
     assert r.verdict == expected and r.headline
     assert r.provisional == ("" if seeds == 5 else "holds")
     # an undecided result stays what it is: three seeds that straddle no effect are inconclusive anyway
-    (u,) = evaluate(claim(paper=0.8, headline=True), timed({0: 800.0, 1: 1300.0, 2: 1000.0},
+    (u,) = evaluate(claim(paper=0.1, headline=True), timed({0: 800.0, 1: 1300.0, 2: 1000.0},
                                                           {0: 1000.0, 1: 1000.0, 2: 1000.0}), "loss<=0.9")
     assert u.verdict == "inconclusive" and u.provisional == ""
 

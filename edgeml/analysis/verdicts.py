@@ -11,7 +11,10 @@ gives one value (an interval when censored); the verdict rests on the 95% bootst
   ratios) and reaches the paper's figure within 10% (it overlaps [0.9 p, p / 0.9]); a direction claim holds
   when the interval lies on its side. A value claim holds when the interval lies within ``op``'s bound.
 - **weaker** / **stronger**: on the paper's side, but entirely below 0.9 p / above p / 0.9.
-- **does not hold**: the interval lies on the other side (or beyond a value claim's bound).
+- **does not hold**: the interval lies on the other side (or beyond a value claim's bound), or, for a claim
+  with the paper's figure, it lies entirely below 0.9 p without lying on the paper's side: the paper's figure
+  is excluded, whichever the effect's sign ("0% [-3%, 3%]" where the paper says 80% less), as an upper bound
+  below it excludes it (below).
 - **inconclusive**: the interval straddles neutral (or the bound); with a censored side only a bound is
   known, and the verdict is decisive only when the bound alone proves it, else "inconclusive (>= x)": a lower
   bound on the paper's side reads "holds (>= x)" once it reaches 0.9 p and "stronger (>= x)" beyond p / 0.9;
@@ -20,7 +23,9 @@ gives one value (an interval when censored); the verdict rests on the 95% bootst
   most 28x" where the paper says 191x). Both sides censored: inconclusive.
 - **not resolved**: a time-to-target effect smaller than one evaluation interval (the time resolution): the
   mean paired difference lies within one interval of zero; a ``difference`` claim whose margin is at least the
-  resolution is decided on its margin instead.
+  resolution is decided on its margin instead. Such an effect still reads "does not hold" when the paper's
+  figure lies beyond it by more than the resolution: when the interval stays below 0.9 p with every seed's
+  times moved one evaluation interval the paper's way (the run's sooner, the baseline's later).
 
 Seeds (``seed_rule``): a verdict rests on at least ``MIN_SEEDS`` seeds, else it is "inconclusive (one seed)";
 a headline claim reads holds, weaker, stronger or does not hold only on ``HEADLINE_SEEDS``, else "inconclusive
@@ -101,18 +106,27 @@ def _per_seed(samples: pd.DataFrame) -> pd.DataFrame:
     return samples.groupby("seed").agg(lo=("lo", "mean"), hi=("hi", "mean"), resolution=("resolution", "mean"))
 
 
-def decide(iv: Interval, claim: Claim, lo_open: bool, hi_open: bool, resolved: bool) -> str:
-    """The verdict for a pair or trend claim from the mean effect's interval (see the module docstring)."""
+def decide(iv: Interval, claim: Claim, lo_open: bool, hi_open: bool, resolved: bool,
+           favoured: Interval | None = None) -> str:
+    """The verdict for a pair or trend claim from the mean effect's interval (see the module docstring).
+
+    ``favoured``: the interval with every time moved one resolution step the paper's way (``_favoured``); an
+    effect below the resolution still excludes the paper's figure when this interval does."""
     neutral = 0.0 if claim.kind == "trend" else NEUTRAL[claim.kind]  # a trend's statistic: no change is 0
     if lo_open and hi_open:
         return "inconclusive"
-    if not resolved:
-        return "not resolved"
     s = claim.sign
+    p = abs(claim.paper_value - neutral) if claim.kind in PAIR_KINDS and claim.paper_value is not None else None
+
+    def short_of_paper(v: Interval) -> bool:  # the whole interval below 0.9 p on the paper's side
+        top = v.ci_high - neutral if s > 0 else neutral - v.ci_low
+        return p is not None and claim.margin is None and bool(top < HOLDS_SHARE * p)
+
+    if not resolved:
+        return "does not hold" if favoured is not None and short_of_paper(favoured) else "not resolved"
     lo, hi = (iv.ci_low - neutral, iv.ci_high - neutral) if s > 0 else (neutral - iv.ci_high, neutral - iv.ci_low)
     if s < 0:
         lo_open, hi_open = hi_open, lo_open
-    p = abs(claim.paper_value - neutral) if claim.kind in PAIR_KINDS and claim.paper_value is not None else None
     bound = _bound_text(iv, claim, lo_open if s > 0 else hi_open, hi_open if s > 0 else lo_open)
     if claim.margin is not None:  # non-inferiority: short of the baseline by up to the margin still holds
         lo, hi = lo + claim.margin, hi + claim.margin
@@ -132,7 +146,7 @@ def decide(iv: Interval, claim: Claim, lo_open: bool, hi_open: bool, resolved: b
         if p is None:
             return "holds"
         return "weaker" if hi < HOLDS_SHARE * p else "stronger" if lo > p / HOLDS_SHARE else "holds"
-    return "does not hold" if hi < 0 else "inconclusive"
+    return "does not hold" if hi < 0 or short_of_paper(iv) else "inconclusive"
 
 
 def decide_value(iv: Interval, claim: Claim, hi_open: bool, resolved: bool) -> str:
@@ -212,10 +226,24 @@ def _evaluate_one(claim: Claim, label: str, rows: pd.DataFrame, result: dict, un
     resolved = not (unit and -res < float(np.mean(d_lo)) and float(np.mean(d_hi)) < res)
     if claim.kind == "difference" and claim.margin is not None and claim.margin >= res:
         resolved = True  # a difference below the resolution lies within a margin at least as wide: decide on it
+    favoured = None if resolved or lo_open or hi_open else _favoured(claim, r, b, res)
     return Result(**result, measured=_measured(iv, claim, lo_open, hi_open), n=iv.n,
-                  resolution=_resolution_text(res, unit), verdict=decide(iv, claim, lo_open, hi_open, resolved),
+                  resolution=_resolution_text(res, unit),
+                  verdict=decide(iv, claim, lo_open, hi_open, resolved, favoured),
                   words=effect_words(claim, iv, *words_names([label, base_label], result, names), lo_open,
                                      hi_open))
+
+
+def _favoured(claim: Claim, run: pd.DataFrame, base: pd.DataFrame, res: float) -> Interval | None:
+    """The effect's interval with every seed's time moved one resolution step the paper's way (the run's
+    sooner and the baseline's later, or the other way round for a claim on the higher side): what the effect
+    could be at most, were every time off by a whole evaluation interval in the paper's favour. None where a
+    time would reach zero."""
+    step = claim.sign * res
+    r_lo, r_hi, b_lo, b_hi = run["lo"] - step, run["hi"] - step, base["lo"] + step, base["hi"] + step
+    if min(r_lo.min(), b_lo.min()) <= 0:
+        return None
+    return mean_interval(*pair_effect(claim.kind, r_lo, r_hi, b_lo, b_hi))
 
 
 def _evaluate_trend(claim: Claim, rows: pd.DataFrame, result: dict, missing, unit: str) -> Result:
