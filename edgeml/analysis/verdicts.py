@@ -140,8 +140,7 @@ def decide(iv: Interval, claim: Claim, lo_open: bool, hi_open: bool, resolved: b
             return f"stronger ({bound})"
         return f"holds ({bound})" if lo > 0 and (p is None or lo >= HOLDS_SHARE * p) else f"inconclusive ({bound})"
     if lo_open:  # only an upper bound: below neutral, or below the paper's figure, it decides
-        excluded = p is not None and hi < HOLDS_SHARE * p
-        return f"does not hold ({bound})" if hi < 0 or excluded else f"inconclusive ({bound})"
+        return f"does not hold ({bound})" if hi < 0 or short_of_paper(iv) else f"inconclusive ({bound})"
     if lo > 0:
         if p is None:
             return "holds"
