@@ -3,7 +3,8 @@
 Run directory (format 1; tables are rebuilt from it alone):
 
     config.toml     the resolved configuration
-    meta.json       edgeml version, format, git SHA, seed, host, backend, threads, calibration, status
+    meta.json       edgeml version, format, git SHA, seed, host, its processor (cpu: model name and the vector
+                    instructions torch uses), backend, threads, calibration, status
                     (running, completed, stalled, stopped, interrupted, failed), stop reason, duration
                     (on the run's clock), and its cost when it ended: wall_s (wall-clock seconds) and cpu_s
                     (CPU seconds of the run's process and its children)

@@ -102,6 +102,10 @@ def test_meta_records_the_runs_cost(tmp_path):
     meta = json.loads((run(cfg, quiet=True) / "meta.json").read_text())
     assert meta["status"] == "completed"
     assert 0 < meta["wall_s"] < 60 and 0 < meta["cpu_s"] < 60
+    # the processor that cost was paid on: the same run costs several-fold more on a host without wide vectors
+    import torch
+    assert meta["cpu"]["capability"] == torch.backends.cpu.get_cpu_capability()
+    assert isinstance(meta["cpu"]["model"], str)
 
 
 @pytest.mark.parametrize("value", ["0", "-1"])
