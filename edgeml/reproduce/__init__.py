@@ -66,6 +66,10 @@ Experiment file ``experiments/<paper>.toml``::
                                  # runs take the run's quick layer instead
     quick_sweep = { "cluster.hetero" = ["H=1"] }     # optional: the sweep with --quick (default: sweep)
     seeds = [0]                  # optional: this run's seeds instead of the experiment's
+    tunes = { key = "ssp.staleness", by = "time_to_target", runs = { "ssp-timed" = "ssp.staleness" } }
+                                 # optional, on an entry that sweeps candidates on tuning seeds: the report
+                                 # tables the candidate each setting (its other sweep keys) chooses beside the
+                                 # value the tuned runs use there (edgeml.reproduce.tuning)
     figure = "fig5"              # optional: the figure group(s) it is drawn in (an id, a list of ids, or a
                                  # title of its own: "Fig. 2: SSP" draws every panel in figures/fig-2/)
 

@@ -58,6 +58,7 @@ class RunSpec:
     points: dict = field(default_factory=dict)  # a layer per point of the full sweep, by its tag ("cluster.hetero=1:3")
     figure: str | list[str] = field(default_factory=list)  # once loaded: the group ids ([""]: the default group)
     seeds: list[int] | None = ranged(None, **SEED)
+    tunes: dict = field(default_factory=dict)  # what its sweep tunes offline: edgeml.reproduce.tuning
 
 
 @dataclass
@@ -239,7 +240,36 @@ def _run_spec(path: Path, raw: Any) -> RunSpec:
     if not isinstance(refs, list) or not all(isinstance(x, str) and x for x in refs):
         raise UserError(f"{where}: run {name!r}: figure must be a figure id or a list of ids")
     spec.figure = refs
+    if spec.tunes:
+        _tunes(where, spec)
     return spec
+
+
+def _tunes(where: str, spec: RunSpec) -> None:
+    """``tunes = { key = "section.key", by = "time_to_target", runs = { "entry" = "section.key" } }``: ``key`` one
+    of the entry's sweep keys, ``by`` a metric of ``edgeml.reproduce.tuning.BY``, each tuned run's key a config
+    key (the entries it names are checked once every entry is read)."""
+    from edgeml.reproduce.tuning import BY
+
+    example = ('tunes = { key = "fixed_adacomm.tau0", by = "time_to_target", runs = { "fig4-fixed_adacomm" = '
+               '"fixed_adacomm.tau0" } }')
+    t = spec.tunes
+    unknown = sorted(set(t) - {"key", "by", "runs"})
+    if unknown:
+        raise UserError(f"{where}: run {spec.name!r}: unknown key {unknown[0]!r} in tunes: write {example}")
+    if not isinstance(t.get("key"), str) or t["key"] not in (spec.sweep or {}):
+        swept = ", ".join(repr(k) for k in spec.sweep or {}) or "none: give the run a sweep of the candidates"
+        raise UserError(f"{where}: run {spec.name!r}: tunes.key must name one of its sweep keys ({swept}), "
+                        f"got {t.get('key')!r}")
+    t.setdefault("by", "time_to_target")
+    if t["by"] not in BY:
+        raise UserError(f"{where}: run {spec.name!r}: tunes.by = {t['by']!r} is not allowed: choose one of "
+                        f"{', '.join(BY)}")
+    runs = t.get("runs")
+    if not isinstance(runs, dict) or not runs or not all(isinstance(k, str) for k in runs.values()):
+        raise UserError(f"{where}: run {spec.name!r}: tunes.runs must name the runs it tunes and the key each "
+                        f"takes the choice in: write {example}")
+    _labels(where, {key: "x" for key in runs.values()}, what=f"run {spec.name!r} tunes.runs")
 
 
 def _against(where: str, figure: str, raw: Any) -> Against:
@@ -315,6 +345,11 @@ def load_experiment(paper: str) -> Experiment:
     baseline = e.baseline or runs[0].name
     claims = [parse_claim(c, where, baseline) for c in doc.get("claims", [])]
     names = [r.name for r in runs]
+    for r in runs:
+        for tuned in (r.tunes or {}).get("runs", {}):
+            if tuned not in names:
+                raise UserError(f"{where}: run {r.name!r} tunes {tuned!r}, which is no run of this experiment: "
+                                f"choose among {', '.join(n for n in names if n != r.name)}")
     for c in claims:
         for a in [n for pair in c.diagnosis.pairs for n in pair if n] if c.diagnosis else ():
             if a.split("[", 1)[0] not in names:

@@ -30,7 +30,7 @@ from edgeml.analysis.verdicts import (HEADLINE_MARK, HOLDS_SHARE, NEEDS_DIAGNOSI
 from edgeml.errors import UserError
 from edgeml.reproduce.load import Experiment
 from edgeml.reproduce.plan import PlannedRun
-from edgeml.rundir import CLASS_ACCURACY, Run, eval_column, flat_config, fmt_value, load_runs
+from edgeml.rundir import CLASS_ACCURACY, Run, eval_column, flat_config, fmt_value, load_runs, warn
 
 VERDICT_NOTE = (f"Each claim is decided on the mean over seeds with a 95% bootstrap interval (pairs by seed for "
                 f"comparisons; n = seeds), and each effect is said in words beside its number. "
@@ -342,6 +342,8 @@ def _figure_sections(r: Report) -> list[str]:
             lines += [_claims_table(mine), "", *_notes(r.exp, mine)]
         if g and g.settled:
             lines += _settled(r, g.settled, set(members))
+        lines += _tuning(r, [spec for spec in r.exp.runs if spec.tunes and spec.name in
+                             {p.spec for p in r.done if gid in p.figures}])
         if g and g.per_class:
             lines += _per_class(r, members)
         for f in files:
@@ -391,6 +393,26 @@ def _settled(r: Report, settled: dict, members: set[str]) -> list[str]:
             f"the best of this group's runs that fix it (`{key}`; the least mean {what} over their seeds):", "",
             md_table(["run", "seed", "settled on", "mean over the run", what, "best fixed (its mean time)"], rows),
             ""]
+
+
+def _tuning(r: Report, specs: list) -> list[str]:
+    """``[[runs]] tunes``: each tuning entry's choice per setting beside what the runs it tunes use; a full
+    reproduction warns of a tuned run that uses another value (``edgeml.reproduce.tuning``)."""
+    from edgeml.reproduce import tuning
+
+    if r.cmp is None:
+        return []
+    lines = []
+    for spec in specs:
+        found = tuning.choices(spec, r.done, r.planned, r.cmp.per_run, r.cmp.target.metric)
+        lines += tuning.table(spec, found, str(r.cmp.target), r.quick)
+        for c in [] if r.quick else found:
+            for name in c.differs():
+                where = ", ".join(f"{k}={fmt_value(v)}" for k, v in c.setting.items())
+                warn(f"{spec.name} chooses {spec.tunes['key']} = {fmt_value(c.chosen)}"
+                     f"{' at ' + where if where else ''}, but {name} uses {spec.tunes['runs'][name]} = "
+                     f"{', '.join(fmt_value(v) for v in c.used[name])}: write the choice into its points")
+    return lines
 
 
 def _per_class(r: Report, members: list[str]) -> list[str]:

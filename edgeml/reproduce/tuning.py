@@ -1,0 +1,166 @@
+"""Offline tuning: the value a tuning sweep chooses at each setting, beside what the runs it tunes use.
+
+A ``[[runs]]`` entry that sweeps candidate values of a hyper-parameter declares what it tunes::
+
+    [[runs]]
+    name = "tune-fig6"
+    algorithm = "fixed_adacomm"
+    seeds = [100, 101]                       # tuning seeds, which decide no verdict
+    sweep = { "network.commit_delay_s" = [0.0, 8.0], "fixed_adacomm.tau0" = [1, 2, 4, 8] }
+    tunes = { key = "fixed_adacomm.tau0", by = "time_to_target",
+              runs = { "fig6-fixed_adacomm" = "fixed_adacomm.tau0", "fig6-adacomm" = "adacomm.tau0" } }
+
+Its other sweep keys are the *settings* (here the delay): at each, the candidate with the best mean of ``by``
+over the tuning seeds is chosen (``time_to_target``: the least, a candidate with a censored seed counting as
+never reaching the target, and where every candidate has one, the best mean final value of the target's
+metric; accuracies: the highest; losses: the least; a tie goes to the smaller value). The choice is not applied
+by itself: the experiment file writes it into the tuned runs (their ``points``, or their config), so that what
+a run used stays in the file; the report tables the choice beside the value each tuned run uses at that
+setting (matched by the settings' config values) and names any that differ.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from edgeml.rundir import fmt_value
+
+BY = {"time_to_target": "lower", "best_accuracy": "higher", "final_accuracy": "higher", "final_loss": "lower",
+      "best_loss": "lower"}
+"""What ``tunes.by`` may name, and which way is better."""
+
+
+@dataclass
+class Tunes:
+    """``[[runs]] tunes``: the swept ``key`` the entry tunes, the metric that decides (``by``), and the runs it
+    tunes: ``{ run entry name = "the config key that takes the choice" }``."""
+
+    key: str = ""
+    by: str = "time_to_target"
+    runs: dict = field(default_factory=dict)
+
+
+@dataclass
+class Choice:
+    """One setting of a tuning sweep: each candidate's mean score, the chosen one, and what the tuned runs use."""
+
+    setting: dict[str, Any]
+    scores: dict[Any, tuple[float, int, int]]  # candidate -> (mean of the deciding metric, seeds, censored seeds)
+    by: str  # the metric that decided (time_to_target, or its fallback where every candidate is censored)
+    chosen: Any
+    seeds: list[int] = field(default_factory=list)
+    used: dict[str, list[Any]] = field(default_factory=dict)  # tuned entry -> the values its runs here use
+
+    def differs(self) -> list[str]:
+        """The tuned entries whose runs at this setting use another value than the chosen one."""
+        return [name for name, values in self.used.items()
+                if self.chosen is not None and any(not same(v, self.chosen) for v in values)]
+
+
+def same(a: Any, b: Any) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) \
+            and not isinstance(b, bool):
+        return float(a) == float(b)
+    return fmt_value(a) == fmt_value(b)
+
+
+def _flat(cfg: Any) -> dict[str, Any]:
+    return {f"{s}.{k}": v for s, values in cfg.to_dict().items() for k, v in values.items()}
+
+
+def choices(spec: Any, done: list, planned: list, per_run: pd.DataFrame, target_metric: str) -> list[Choice]:
+    """The tuning entry ``spec``'s choice at each of its settings, from its finished runs (``done``, rows of
+    ``per_run`` by label and seed), beside what the planned runs it tunes use there (``planned``)."""
+    tunes = Tunes(**spec.tunes)
+    mine = [p for p in done if p.spec == spec.name and tunes.key in p.point]
+    settings_keys = [k for k in spec.sweep if k != tunes.key]
+    rows = per_run.set_index(["run", "seed"]) if len(per_run) else None
+    grouped: dict[tuple, dict[Any, list[dict]]] = {}
+    seeds: dict[tuple, set[int]] = {}
+    for p in mine:
+        if rows is None or (p.name, p.seed) not in rows.index:
+            continue
+        row = rows.loc[(p.name, p.seed)]
+        row = row.iloc[0] if isinstance(row, pd.DataFrame) else row
+        setting = tuple((k, p.point[k]) for k in settings_keys)
+        grouped.setdefault(setting, {}).setdefault(p.point[tunes.key], []).append(row.to_dict())
+        seeds.setdefault(setting, set()).add(p.seed)
+    fallback = "final_accuracy" if target_metric == "accuracy" else "final_loss"
+    out = []
+    for setting, candidates in grouped.items():
+        by = tunes.by
+        if by == "time_to_target" and all(any(r["censored"] for r in rs) for rs in candidates.values()):
+            by = fallback
+        scores = {v: (_score(rs, by), len(rs), sum(bool(r["censored"]) for r in rs)) for v, rs in candidates.items()}
+        sign = -1 if BY[by] == "higher" else 1
+        finite = {v: s for v, s in scores.items() if not math.isnan(s[0])}
+        chosen = min(finite, key=lambda v: (sign * finite[v][0], _order(v))) if finite else None
+        c = Choice(dict(setting), scores, by, chosen, sorted(seeds[setting]))
+        for name, key in tunes.runs.items():
+            used = [_flat(p.cfg).get(key) for p in planned if p.spec == name and p.cfg is not None
+                    and all(same(_flat(p.cfg).get(k), v) for k, v in setting)]
+            if used:
+                c.used[name] = list(dict.fromkeys(used))
+        out.append(c)
+    return out
+
+
+def _score(rows: list[dict], by: str) -> float:
+    """The mean of ``by`` over a candidate's seeds; a time with a censored seed is infinite (never)."""
+    if by == "time_to_target" and any(r["censored"] for r in rows):
+        return math.inf
+    return sum(float(r[by]) for r in rows) / len(rows)
+
+
+def _order(v: Any) -> tuple:
+    return (0, float(v), "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0.0, fmt_value(v))
+
+
+def table(spec: Any, found: list[Choice], target: str, quick: bool) -> list[str]:
+    """The report's lines for one tuning entry: a row per setting, each candidate's mean score, the choice and
+    the value each tuned entry uses there (with --quick the tuned runs keep their quick settings: not compared)."""
+    from edgeml.analysis.tables import md_table
+
+    tunes = Tunes(**spec.tunes)
+    if not found:
+        return []
+    values = sorted({v for c in found for v in c.scores}, key=_order)
+    settings_keys = [k for k in spec.sweep if k != tunes.key]
+
+    def cell(c: Choice, v: Any) -> str:
+        if v not in c.scores:
+            return "-"
+        mean, n, censored = c.scores[v]
+        text = "never" if mean == math.inf else "-" if math.isnan(mean) else \
+            (f"{mean:.4g} s" if c.by == "time_to_target" else f"{mean:.4g}")
+        return f"**{text}**" if same(v, c.chosen) else text
+
+    tuned = list(tunes.runs)
+    rows = []
+    for c in found:
+        row = [", ".join(f"{k}={fmt_value(v)}" for k, v in c.setting.items()) or "-", c.by.replace("_", " ")]
+        row += [cell(c, v) for v in values]
+        row.append("-" if c.chosen is None else fmt_value(c.chosen))
+        if not quick:
+            for name in tuned:
+                used = c.used.get(name)
+                text = ", ".join(fmt_value(u) for u in used) if used else "-"
+                row.append(text + (" (differs)" if name in c.differs() else ""))
+        rows.append(row)
+    key = tunes.key
+    head = ["setting" if settings_keys else "", "by"] + [f"{key}={fmt_value(v)}" for v in values] + ["chosen"]
+    if not quick:
+        head += [f"{name} uses ({tunes.runs[name]})" for name in tuned]
+    what = {"time_to_target": f"the least mean time to {target}, a candidate with a censored seed counting as "
+                              "never reaching it (where every candidate has one: the best mean final value)",
+            "best_accuracy": "the highest mean best accuracy", "final_accuracy": "the highest mean final accuracy",
+            "final_loss": "the least mean final loss", "best_loss": "the least mean best loss"}[tunes.by]
+    note = (" With --quick the tuned runs keep their quick settings." if quick else
+            " A tuned run that uses another value is marked (differs): write the choice into its points.")
+    seeds = sorted({s for c in found for s in c.seeds})
+    return [f"`{spec.name}` tunes `{key}` by {what}, over its seeds ({', '.join(map(str, seeds))}); "
+            "the chosen value in bold." + note, "", md_table(head, rows), ""]

@@ -1,0 +1,154 @@
+"""Offline tuning (``[[runs]] tunes``): the rule that chooses a candidate per setting, what the tuned runs use
+beside it, the report's table, and bad ``tunes`` tables refused with one line."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from edgeml.errors import UserError
+from edgeml.reproduce import reproduce
+from edgeml.reproduce.load import load_experiment
+from edgeml.reproduce.plan import plan
+from edgeml.reproduce.tuning import choices
+
+TUNED = """
+[experiment]
+paper = "toy"
+seeds = [0]
+target_accuracy = 0.5
+
+[settings]
+run = { backend = "sim" }
+data = { dataset = "digits" }
+model = { name = "mlp" }
+stop = { max_time = 3 }
+cluster = { workers = 2 }
+eval = { interval = 1 }
+
+[[figures]]
+id = "tuning"
+title = "Tuning"
+panels = ["bars"]
+
+[[runs]]
+name = "tune"
+algorithm = "ssp"
+figure = "tuning"
+seeds = [5, 6]
+sweep = { "cluster.hetero" = ["H=1", "1:3"], "ssp.staleness" = [1, 4] }
+tunes = { key = "ssp.staleness", by = "time_to_target", runs = { "timed" = "ssp.staleness", "other" = "ssp.staleness" } }
+
+[[runs]]
+name = "timed"
+algorithm = "ssp"
+config = { ssp = { staleness = 1 } }
+sweep = { "cluster.hetero" = ["H=1", "1:3"] }
+points = { "cluster.hetero=1:3" = { ssp = { staleness = 4 } } }
+
+[[runs]]
+name = "other"
+algorithm = "ssp"
+config = { cluster = { hetero = "1:3" }, ssp = { staleness = 2 } }
+"""
+
+
+@pytest.fixture
+def tuned(tmp_path):
+    path = tmp_path / "toy.toml"
+    path.write_text(TUNED)
+    return str(path)
+
+
+def _per_run(planned, values: dict) -> pd.DataFrame:
+    """A per-run table for the tuning runs: ``values[(hetero, staleness, seed)] = (time or None, final loss)``."""
+    rows = []
+    for p in planned:
+        if p.spec != "tune":
+            continue
+        time, loss = values[(p.point["cluster.hetero"], p.point["ssp.staleness"], p.seed)]
+        rows.append({"run": p.name, "seed": p.seed, "censored": time is None,
+                     "time_to_target": math.nan if time is None else time, "final_loss": loss,
+                     "final_accuracy": 1 - loss, "best_accuracy": 1 - loss / 2, "best_loss": loss})
+    return pd.DataFrame(rows)
+
+
+def test_the_least_mean_time_wins_a_censored_seed_counts_as_never_and_all_censored_falls_back(tuned):
+    """At H=1 staleness 4 has the lower mean time (10 against 12) but a censored seed: never; 1 wins. At 1:3
+    every candidate has a censored seed: the least mean final loss decides (4: 0.5 against 0.6). The tuned runs
+    at each setting are matched by their config: "timed" uses 1 at H=1 (agrees) and 4 at 1:3 (agrees); "other"
+    runs only at 1:3, with 2 (differs)."""
+    exp = load_experiment(tuned)
+    planned = plan(exp)
+    values = {("H=1", 1, 5): (12, 0.7), ("H=1", 1, 6): (12, 0.7), ("H=1", 4, 5): (5, 0.6), ("H=1", 4, 6): (None, 0.6),
+              ("1:3", 1, 5): (None, 0.6), ("1:3", 1, 6): (30, 0.6), ("1:3", 4, 5): (None, 0.4),
+              ("1:3", 4, 6): (None, 0.6)}
+    spec = next(s for s in exp.runs if s.name == "tune")
+    found = {c.setting["cluster.hetero"]: c for c in choices(spec, planned, planned, _per_run(planned, values),
+                                                              "accuracy")}
+    h1, h3 = found["H=1"], found["1:3"]
+    assert h1.by == "time_to_target" and h1.chosen == 1 and h1.scores[1] == (12, 2, 0) and h1.scores[4][0] == math.inf
+    assert h1.used == {"timed": [1]} and h1.differs() == []
+    assert h3.by == "final_accuracy" and h3.chosen == 4  # an accuracy target: the best mean final accuracy
+    assert h3.used == {"timed": [4], "other": [2]} and h3.differs() == ["other"]
+    assert h1.seeds == [5, 6]
+
+
+@pytest.mark.parametrize("by, expect", [("final_loss", 1), ("best_accuracy", 1), ("final_accuracy", 1)])
+def test_a_tie_goes_to_the_smaller_value_and_accuracies_are_the_higher_the_better(tuned, by, expect, tmp_path):
+    path = tmp_path / "by.toml"
+    path.write_text(TUNED.replace('by = "time_to_target"', f'by = "{by}"'))
+    exp = load_experiment(str(path))
+    planned = plan(exp)
+    values = {(h, s, seed): (10, 0.5) for h in ("H=1", "1:3") for s in (1, 4) for seed in (5, 6)}
+    values[("1:3", 4, 5)] = (10, 0.3)  # at 1:3, 4 has the lower loss and so the higher accuracies
+    spec = next(s for s in exp.runs if s.name == "tune")
+    found = {c.setting["cluster.hetero"]: c for c in choices(spec, planned, planned, _per_run(planned, values),
+                                                              "loss")}
+    assert found["H=1"].chosen == expect and found["1:3"].chosen == 4
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ('by = "time_to_target", ', 'by = "speed", ', "tunes.by = 'speed' is not allowed: choose one of time_to_target"),
+    ('key = "ssp.staleness"', 'key = "ssp.stalenes"', r"tunes.key must name one of its sweep keys \('cluster.hetero', "
+                                                      r"'ssp.staleness'\), got 'ssp.stalenes'"),
+    ('"timed" = "ssp.staleness", ', '"timed" = "ssp.stalenes", ', "tunes.runs names 'ssp.stalenes', which is no "
+                                                                 "config key"),
+    ('"timed" = "ssp.staleness", ', '"timd" = "ssp.staleness", ', "run 'tune' tunes 'timd', which is no run of this "
+                                                                 "experiment: choose among timed, other"),
+    ('tunes = { ', 'tunes = { what = 1, ', "unknown key 'what' in tunes: write tunes = {"),
+    ('runs = { "timed" = "ssp.staleness", "other" = "ssp.staleness" }', 'runs = "timed"',
+     "tunes.runs must name the runs it tunes and the key each takes the choice in"),
+])
+def test_bad_tunes_tables_are_refused_with_one_line(tmp_path, old, new, message):
+    path = tmp_path / "bad.toml"
+    assert old in TUNED
+    path.write_text(TUNED.replace(old, new))
+    with pytest.raises(UserError, match=message):
+        plan(load_experiment(str(path)))
+
+
+@pytest.mark.slow
+def test_the_report_tables_the_choice_beside_what_the_tuned_runs_use(tuned, tmp_path, capsys):
+    """End to end: the report's row per setting has each candidate's mean time (or never), the choice in bold
+    and each tuned entry's value, marked where it differs; the reproduction warns of it."""
+    out = reproduce(tuned, out=tmp_path / "out", console=None)
+    report = (out / "REPORT.md").read_text()
+    per_run = pd.read_csv(out / "compare_runs.csv")
+    exp = load_experiment(tuned)
+    planned = plan(exp)
+    spec = next(s for s in exp.runs if s.name == "tune")
+    found = choices(spec, planned, planned, per_run, "accuracy")
+    assert len(found) == 2
+    assert "`tune` tunes `ssp.staleness` by the least mean time to" in report
+    for c in found:
+        line = next(x for x in report.splitlines() if x.startswith(f"| cluster.hetero={c.setting['cluster.hetero']} |"))
+        cells = [x.strip() for x in line.strip("|").split("|")]
+        assert cells[4] == str(c.chosen) and f"**" in cells[2] + cells[3]
+        bold = cells[2] if c.chosen == 1 else cells[3]
+        assert bold.startswith("**"), line
+        timed = "4" if c.setting["cluster.hetero"] == "1:3" else "1"
+        assert cells[5] == timed + (" (differs)" if str(c.chosen) != timed else "")
+    assert ("other" in capsys.readouterr().err) == any("other" in c.differs() for c in found)
