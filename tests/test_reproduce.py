@@ -440,8 +440,8 @@ def test_the_shipped_experiments_plan(tmp_path):
         full, quick = plan(exp), plan(exp, quick=True)
         assert full and quick and exp.claims
     adsp = load_experiment("adsp")
-    assert {p.seed for p in plan(adsp) if p.spec == "adsp"} == {0}             # the procs Fig. 4: one seed
-    assert {p.seed for p in plan(adsp) if p.spec == "fig5-adsp"} == {0, 1, 2}  # the sim Fig. 5: three
+    assert {p.seed for p in plan(adsp) if p.spec == "adsp"} == {0, 1, 2}             # the procs Fig. 4: three
+    assert {p.seed for p in plan(adsp) if p.spec == "fig5-adsp"} == {0, 1, 2, 3, 4}  # the sim Fig. 5: five
     points = {p.point["cluster.hetero"] for p in plan(adsp) if p.spec == "fig5-adsp"}
     assert points == {"H=1.6", "H=2.4", "H=3.2", "H=4.0"}
     assert len({p.point["network.commit_delay_s"] for p in plan(adsp) if p.spec == "fig6-bsp"}) >= 3
