@@ -39,7 +39,7 @@ algorithm = "ssp"
 figure = "tuning"
 seeds = [5, 6]
 sweep = { "cluster.hetero" = ["H=1", "1:3"], "ssp.staleness" = [1, 4] }
-tunes = { key = "ssp.staleness", by = "time_to_target", runs = { "timed" = "ssp.staleness", "other" = "ssp.staleness" } }
+tunes = { key = "ssp.staleness", by = "time_to_target", runs = { "timed" = "ssp.staleness", "alt" = "ssp.staleness" } }
 
 [[runs]]
 name = "timed"
@@ -49,7 +49,7 @@ sweep = { "cluster.hetero" = ["H=1", "1:3"] }
 points = { "cluster.hetero=1:3" = { ssp = { staleness = 4 } } }
 
 [[runs]]
-name = "other"
+name = "alt"
 algorithm = "ssp"
 config = { cluster = { hetero = "1:3" }, ssp = { staleness = 2 } }
 """
@@ -78,7 +78,7 @@ def _per_run(planned, values: dict) -> pd.DataFrame:
 def test_the_least_mean_time_wins_a_censored_seed_counts_as_never_and_all_censored_falls_back(tuned):
     """At H=1 staleness 4 has the lower mean time (10 against 12) but a censored seed: never; 1 wins. At 1:3
     every candidate has a censored seed: the least mean final loss decides (4: 0.5 against 0.6). The tuned runs
-    at each setting are matched by their config: "timed" uses 1 at H=1 (agrees) and 4 at 1:3 (agrees); "other"
+    at each setting are matched by their config: "timed" uses 1 at H=1 (agrees) and 4 at 1:3 (agrees); "alt"
     runs only at 1:3, with 2 (differs)."""
     exp = load_experiment(tuned)
     planned = plan(exp)
@@ -92,7 +92,7 @@ def test_the_least_mean_time_wins_a_censored_seed_counts_as_never_and_all_censor
     assert h1.by == "time_to_target" and h1.chosen == 1 and h1.scores[1] == (12, 2, 0) and h1.scores[4][0] == math.inf
     assert h1.used == {"timed": [1]} and h1.differs() == []
     assert h3.by == "final_accuracy" and h3.chosen == 4  # an accuracy target: the best mean final accuracy
-    assert h3.used == {"timed": [4], "other": [2]} and h3.differs() == ["other"]
+    assert h3.used == {"timed": [4], "alt": [2]} and h3.differs() == ["alt"]
     assert h1.seeds == [5, 6]
 
 
@@ -117,9 +117,9 @@ def test_a_tie_goes_to_the_smaller_value_and_accuracies_are_the_higher_the_bette
     ('"timed" = "ssp.staleness", ', '"timed" = "ssp.stalenes", ', "tunes.runs names 'ssp.stalenes', which is no "
                                                                  "config key"),
     ('"timed" = "ssp.staleness", ', '"timd" = "ssp.staleness", ', "run 'tune' tunes 'timd', which is no run of this "
-                                                                 "experiment: choose among timed, other"),
+                                                                 "experiment: choose among timed, alt"),
     ('tunes = { ', 'tunes = { what = 1, ', "unknown key 'what' in tunes: write tunes = {"),
-    ('runs = { "timed" = "ssp.staleness", "other" = "ssp.staleness" }', 'runs = "timed"',
+    ('runs = { "timed" = "ssp.staleness", "alt" = "ssp.staleness" }', 'runs = "timed"',
      "tunes.runs must name the runs it tunes and the key each takes the choice in"),
 ])
 def test_bad_tunes_tables_are_refused_with_one_line(tmp_path, old, new, message):
@@ -146,9 +146,9 @@ def test_the_report_tables_the_choice_beside_what_the_tuned_runs_use(tuned, tmp_
     for c in found:
         line = next(x for x in report.splitlines() if x.startswith(f"| cluster.hetero={c.setting['cluster.hetero']} |"))
         cells = [x.strip() for x in line.strip("|").split("|")]
-        assert cells[4] == str(c.chosen) and f"**" in cells[2] + cells[3]
+        assert cells[4] == str(c.chosen) and "**" in cells[2] + cells[3]
         bold = cells[2] if c.chosen == 1 else cells[3]
         assert bold.startswith("**"), line
         timed = "4" if c.setting["cluster.hetero"] == "1:3" else "1"
         assert cells[5] == timed + (" (differs)" if str(c.chosen) != timed else "")
-    assert ("other" in capsys.readouterr().err) == any("other" in c.differs() for c in found)
+    assert ("but alt uses ssp.staleness = 2" in capsys.readouterr().err) == any("alt" in c.differs() for c in found)

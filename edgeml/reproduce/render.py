@@ -398,14 +398,14 @@ def _settled(r: Report, settled: dict, members: set[str]) -> list[str]:
 def _tuning(r: Report, specs: list) -> list[str]:
     """``[[runs]] tunes``: each tuning entry's choice per setting beside what the runs it tunes use; a full
     reproduction warns of a tuned run that uses another value (``edgeml.reproduce.tuning``)."""
-    from edgeml.reproduce import tuning
+    from edgeml.reproduce.tuning import choices, table
 
     if r.cmp is None:
         return []
     lines = []
     for spec in specs:
-        found = tuning.choices(spec, r.done, r.planned, r.cmp.per_run, r.cmp.target.metric)
-        lines += tuning.table(spec, found, str(r.cmp.target), r.quick)
+        found = choices(spec, r.done, r.planned, r.cmp.per_run, r.cmp.target.metric)
+        lines += table(spec, found, str(r.cmp.target), r.quick)
         for c in [] if r.quick else found:
             for name in c.differs():
                 where = ", ".join(f"{k}={fmt_value(v)}" for k, v in c.setting.items())
