@@ -123,6 +123,14 @@ def test_run_seeds_quick_seeds_and_quick_sweeps(tmp_path, toy):
     seeds = {p.name: p.seed for p in plan(load_experiment(quick_seeds), quick=True)}
     # with --quick, each run keeps its seeds among quick_seeds: bsp names seed 3, ssp-tight has 0 and 1
     assert seeds == {"bsp[cluster.hetero=1:5]": 3, "ssp-tight": 1}
+    # a run's own quick_seeds are its seeds with --quick, whatever the experiment's; the full plan keeps its seeds
+    own = edit(tmp_path, quick_seeds, 'name = "ssp-tight"\n', 'name = "ssp-tight"\nquick_seeds = [7, 8]\n', "own.toml")
+    quick = sorted((p.name, p.seed) for p in plan(load_experiment(own), quick=True))
+    assert quick == [("bsp[cluster.hetero=1:5]", 3), ("ssp-tight", 7), ("ssp-tight", 8)]
+    assert sorted(p.seed for p in plan(load_experiment(own)) if p.name == "ssp-tight") == [0, 1]
+    bad = edit(tmp_path, own, "quick_seeds = [7, 8]", "quick_seeds = [7, -1]", "bad.toml")
+    with pytest.raises(UserError, match="quick_seeds"):
+        plan(load_experiment(bad))
 
 
 @pytest.mark.parametrize("old, new, message", [

@@ -66,6 +66,8 @@ Experiment file ``experiments/<paper>.toml``::
                                  # runs take the run's quick layer instead
     quick_sweep = { "cluster.hetero" = ["H=1"] }     # optional: the sweep with --quick (default: sweep)
     seeds = [0]                  # optional: this run's seeds instead of the experiment's
+    quick_seeds = [0]            # optional: its seeds with --quick (default: its seeds among the experiment's
+                                 # quick_seeds, else its first)
     tunes = { key = "ssp.staleness", by = "time_to_target", runs = { "ssp-timed" = "ssp.staleness" } }
                                  # optional, on an entry that sweeps candidates on tuning seeds: the report
                                  # tables the candidate each setting (its other sweep keys) chooses beside the

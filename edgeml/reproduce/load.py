@@ -58,6 +58,7 @@ class RunSpec:
     points: dict = field(default_factory=dict)  # a layer per point of the full sweep, by its tag ("cluster.hetero=1:3")
     figure: str | list[str] = field(default_factory=list)  # once loaded: the group ids ([""]: the default group)
     seeds: list[int] | None = ranged(None, **SEED)
+    quick_seeds: list[int] | None = ranged(None, **SEED)  # with --quick: its seeds (default: the experiment's rule)
     tunes: dict = field(default_factory=dict)  # what its sweep tunes offline: edgeml.reproduce.tuning
 
 
@@ -227,8 +228,9 @@ def _run_spec(path: Path, raw: Any) -> RunSpec:
     if "algorithm" not in r:
         raise UserError(f"{path}: a [[runs]] entry has no algorithm: add algorithm = \"...\"")
     name = r.get("name", r["algorithm"])
-    if "seeds" in r:
-        _seed_list(f"{where}: run {name!r}: seeds", r["seeds"])
+    for key in ("seeds", "quick_seeds"):
+        if key in r:
+            _seed_list(f"{where}: run {name!r}: {key}", r[key])
     for key in ("config", "quick", "sweep", "quick_sweep", "points"):
         if not isinstance(r.get(key, {}), dict):
             raise UserError(f"{where}: run {name!r}: {key} must be a table: write {key} = {{ ... }}")

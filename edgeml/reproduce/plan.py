@@ -76,7 +76,9 @@ def _plan_spec(exp: Experiment, spec: RunSpec, quick: bool, seeds: list[int] | N
     own = [spec.config] + ([spec.quick] if quick else [])
     layers = [exp.settings, own[0]] + ([exp.quick, own[1]] if quick else [])
     run_seeds = seeds or spec.seeds or exp.seeds
-    if quick and exp.quick_seeds and not seeds:  # fewer seeds, never more than the run's own
+    if quick and spec.quick_seeds and not seeds:  # the run's own quick seeds
+        run_seeds = spec.quick_seeds
+    elif quick and exp.quick_seeds and not seeds:  # fewer seeds, never more than the run's own
         run_seeds = [s for s in exp.quick_seeds if s in run_seeds] or run_seeds[:1]
     planned = []
     tags = {_tag(name): name for name, _ in sweep_points(spec)}
