@@ -94,6 +94,14 @@ def test_the_least_mean_time_wins_a_censored_seed_counts_as_never_and_all_censor
     assert h3.by == "final_accuracy" and h3.chosen == 4  # an accuracy target: the best mean final accuracy
     assert h3.used == {"timed": [4], "alt": [2]} and h3.differs() == ["alt"]
     assert h1.seeds == [5, 6]
+    assert h1.pending == 0 and h3.pending == 0
+    # a tuning run not finished yet: the choice at its setting is provisional, the other setting's is not
+    done = [p for p in planned if not (p.spec == "tune" and p.point["cluster.hetero"] == "1:3" and p.seed == 6
+                                       and p.point["ssp.staleness"] == 1)]
+    partial = {c.setting["cluster.hetero"]: c for c in choices(spec, done, planned, _per_run(planned, values),
+                                                                "accuracy")}
+    assert partial["1:3"].pending == 1 and partial["H=1"].pending == 0
+    assert partial["1:3"].scores[1][1] == 1  # one seed of candidate 1 so far
 
 
 @pytest.mark.parametrize("by, expect", [("final_loss", 1), ("best_accuracy", 1), ("final_accuracy", 1)])

@@ -406,7 +406,7 @@ def _tuning(r: Report, specs: list) -> list[str]:
     for spec in specs:
         found = choices(spec, r.done, r.planned, r.cmp.per_run, r.cmp.target.metric)
         lines += table(spec, found, str(r.cmp.target), r.quick)
-        for c in [] if r.quick else found:
+        for c in [] if r.quick else [c for c in found if not c.pending]:
             for name in c.differs():
                 where = ", ".join(f"{k}={fmt_value(v)}" for k, v in c.setting.items())
                 warn(f"{spec.name} chooses {spec.tunes['key']} = {fmt_value(c.chosen)}"

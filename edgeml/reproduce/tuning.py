@@ -16,7 +16,8 @@ never reaching the target, and where every candidate has one, the best mean fina
 metric; accuracies: the highest; losses: the least; a tie goes to the smaller value). The choice is not applied
 by itself: the experiment file writes it into the tuned runs (their ``points``, or their config), so that what
 a run used stays in the file; the report tables the choice beside the value each tuned run uses at that
-setting (matched by the settings' config values) and names any that differ.
+setting (matched by the settings' config values) and names any that differ. While some of a setting's tuning
+runs have not finished, its choice is marked provisional ("so far") and no difference is warned of.
 """
 
 from __future__ import annotations
@@ -54,9 +55,11 @@ class Choice:
     chosen: Any
     seeds: list[int] = field(default_factory=list)
     used: dict[str, list[Any]] = field(default_factory=dict)  # tuned entry -> the values its runs here use
+    pending: int = 0  # planned tuning runs at this setting not finished: the choice is provisional
 
     def differs(self) -> list[str]:
-        """The tuned entries whose runs at this setting use another value than the chosen one."""
+        """The tuned entries whose runs at this setting use another value than the chosen one (so far, while
+        tuning runs are pending)."""
         return [name for name, values in self.used.items()
                 if self.chosen is not None and any(not same(v, self.chosen) for v in values)]
 
@@ -100,6 +103,9 @@ def choices(spec: Any, done: list, planned: list, per_run: pd.DataFrame, target_
         finite = {v: s for v, s in scores.items() if not math.isnan(s[0])}
         chosen = min(finite, key=lambda v: (sign * finite[v][0], _order(v))) if finite else None
         c = Choice(dict(setting), scores, by, chosen, sorted(seeds[setting]))
+        finished = {(p.name, p.seed) for p in mine}
+        c.pending = sum(1 for p in planned if p.spec == spec.name and (p.name, p.seed) not in finished
+                        and all(same(p.point.get(k), v) for k, v in setting))
         for name, key in tunes.runs.items():
             used = [_flat(p.cfg).get(key) for p in planned if p.spec == name and p.cfg is not None
                     and all(same(_flat(p.cfg).get(k), v) for k, v in setting)]
@@ -144,12 +150,14 @@ def table(spec: Any, found: list[Choice], target: str, quick: bool) -> list[str]
     for c in found:
         row = [", ".join(f"{k}={fmt_value(v)}" for k, v in c.setting.items()) or "-", c.by.replace("_", " ")]
         row += [cell(c, v) for v in values]
-        row.append("-" if c.chosen is None else fmt_value(c.chosen))
+        pending = f" (so far: {c.pending} tuning run{'s' if c.pending > 1 else ''} to come)" if c.pending else ""
+        row.append(("-" if c.chosen is None else fmt_value(c.chosen)) + pending)
         if not quick:
             for name in tuned:
                 used = c.used.get(name)
                 text = ", ".join(fmt_value(u) for u in used) if used else "-"
-                row.append(text + (" (differs)" if name in c.differs() else ""))
+                row.append(text + ((" (differs so far)" if c.pending else " (differs)") if name in c.differs()
+                                   else ""))
         rows.append(row)
     key = tunes.key
     head = ["setting" if settings_keys else "", "by"] + [f"{key}={fmt_value(v)}" for v in values] + ["chosen"]
