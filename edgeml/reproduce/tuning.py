@@ -80,7 +80,6 @@ def choices(spec: Any, done: list, planned: list, per_run: pd.DataFrame, target_
     ``per_run`` by label and seed), beside what the planned runs it tunes use there (``planned``)."""
     tunes = Tunes(**spec.tunes)
     mine = [p for p in done if p.spec == spec.name and tunes.key in p.point]
-    settings_keys = [k for k in spec.sweep if k != tunes.key]
     rows = per_run.set_index(["run", "seed"]) if len(per_run) else None
     grouped: dict[tuple, dict[Any, list[dict]]] = {}
     seeds: dict[tuple, set[int]] = {}
@@ -89,7 +88,7 @@ def choices(spec: Any, done: list, planned: list, per_run: pd.DataFrame, target_
             continue
         row = rows.loc[(p.name, p.seed)]
         row = row.iloc[0] if isinstance(row, pd.DataFrame) else row
-        setting = tuple((k, p.point[k]) for k in settings_keys)
+        setting = tuple((k, v) for k, v in p.point.items() if k != tunes.key)  # (--quick: its quick sweep's)
         grouped.setdefault(setting, {}).setdefault(p.point[tunes.key], []).append(row.to_dict())
         seeds.setdefault(setting, set()).add(p.seed)
     fallback = "final_accuracy" if target_metric == "accuracy" else "final_loss"
@@ -135,7 +134,7 @@ def table(spec: Any, found: list[Choice], target: str, quick: bool) -> list[str]
     if not found:
         return []
     values = sorted({v for c in found for v in c.scores}, key=_order)
-    settings_keys = [k for k in spec.sweep if k != tunes.key]
+    settings_keys = sorted({k for c in found for k in c.setting})
 
     def cell(c: Choice, v: Any) -> str:
         if v not in c.scores:
