@@ -92,6 +92,7 @@ def choices(spec: Any, done: list, planned: list, per_run: pd.DataFrame, target_
         grouped.setdefault(setting, {}).setdefault(p.point[tunes.key], []).append(row.to_dict())
         seeds.setdefault(setting, set()).add(p.seed)
     fallback = "final_accuracy" if target_metric == "accuracy" else "final_loss"
+    tuned = [(p, _flat(p.cfg)) for p in planned if p.spec in tunes.runs and p.cfg is not None]
     out = []
     for setting, candidates in grouped.items():
         by = tunes.by
@@ -106,8 +107,8 @@ def choices(spec: Any, done: list, planned: list, per_run: pd.DataFrame, target_
         c.pending = sum(1 for p in planned if p.spec == spec.name and (p.name, p.seed) not in finished
                         and all(same(p.point.get(k), v) for k, v in setting))
         for name, key in tunes.runs.items():
-            used = [_flat(p.cfg).get(key) for p in planned if p.spec == name and p.cfg is not None
-                    and all(same(_flat(p.cfg).get(k), v) for k, v in setting)]
+            used = [flat.get(key) for p, flat in tuned if p.spec == name
+                    and all(same(flat.get(k), v) for k, v in setting)]
             if used:
                 c.used[name] = list(dict.fromkeys(used))
         out.append(c)
