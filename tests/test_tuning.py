@@ -127,6 +127,9 @@ def test_a_tie_goes_to_the_smaller_value_and_accuracies_are_the_higher_the_bette
     ('"timed" = "ssp.staleness", ', '"timd" = "ssp.staleness", ', "run 'tune' tunes 'timd', which is no run of this "
                                                                  "experiment: choose among timed, alt"),
     ('tunes = { ', 'tunes = { what = 1, ', "unknown key 'what' in tunes: write tunes = {"),
+    ('tunes = { key = "ssp.staleness", by = "time_to_target", runs = { "timed" = "ssp.staleness", "alt" = '
+     '"ssp.staleness" } }', 'tunes = "x"', "tunes must be a table: write tunes = {"),
+    ('by = "time_to_target", ', 'by = nan, ', "tunes.by = nan is not a finite number"),
     ('runs = { "timed" = "ssp.staleness", "alt" = "ssp.staleness" }', 'runs = "timed"',
      "tunes.runs must name the runs it tunes and the key each takes the choice in"),
 ])

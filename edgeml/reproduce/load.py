@@ -256,6 +256,8 @@ def _tunes(where: str, spec: RunSpec) -> None:
     example = ('tunes = { key = "fixed_adacomm.tau0", by = "time_to_target", runs = { "fig4-fixed_adacomm" = '
                '"fixed_adacomm.tau0" } }')
     t = spec.tunes
+    if not isinstance(t, dict):
+        raise UserError(f"{where}: run {spec.name!r}: tunes must be a table: write {example}")
     unknown = sorted(set(t) - {"key", "by", "runs"})
     if unknown:
         raise UserError(f"{where}: run {spec.name!r}: unknown key {unknown[0]!r} in tunes: write {example}")
