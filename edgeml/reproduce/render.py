@@ -28,6 +28,7 @@ from edgeml.analysis.claims import CAUSES, HEADLINE_SEEDS
 from edgeml.analysis.verdicts import (HEADLINE_MARK, HOLDS_SHARE, NEEDS_DIAGNOSIS, Result, evaluate,
                                      verdict_kind)
 from edgeml.errors import UserError
+from edgeml.reproduce import tuning
 from edgeml.reproduce.load import Experiment
 from edgeml.reproduce.plan import PlannedRun
 from edgeml.rundir import CLASS_ACCURACY, Run, eval_column, flat_config, fmt_value, load_runs, warn
@@ -370,13 +371,12 @@ def _settled(r: Report, settled: dict, members: set[str]) -> list[str]:
     def fixed(x: Run) -> float:
         return float(flat_config(x).get(key) or 0)
 
-    by_value: dict[float, list[float]] = {}
+    by_value: dict[float, list[dict]] = {}
     for x in runs:
         if fixed(x) > 0:
-            by_value.setdefault(fixed(x), []).append(time(x))
-    means = {v: (math.inf if math.inf in ts else sum(ts) / len(ts)) for v, ts in by_value.items()
-             if not any(math.isnan(t) for t in ts)}
-    best = min(means, key=lambda v: (means[v], v)) if means else None
+            by_value.setdefault(fixed(x), []).append({"time_to_target": time(x), "censored": time(x) == math.inf})
+    means = {v: tuning.score(rows, "time_to_target") for v, rows in by_value.items()}  # NaN where one is unmeasured
+    best = tuning.best(means, "time_to_target")
     searched = [x for x in runs if fixed(x) == 0 and x.last_decided(decision) is not None]
     if not searched:
         return []
@@ -398,14 +398,12 @@ def _settled(r: Report, settled: dict, members: set[str]) -> list[str]:
 def _tuning(r: Report, specs: list) -> list[str]:
     """``[[runs]] tunes``: each tuning entry's choice per setting beside what the runs it tunes use; a full
     reproduction warns of a tuned run that uses another value (``edgeml.reproduce.tuning``)."""
-    from edgeml.reproduce.tuning import choices, table
-
     if r.cmp is None:
         return []
     lines = []
     for spec in specs:
-        found = choices(spec, r.done, r.planned, r.cmp.per_run, r.cmp.target.metric)
-        lines += table(spec, found, str(r.cmp.target), r.quick)
+        found = tuning.choices(spec, r.done, r.planned, r.cmp.per_run, r.cmp.target.metric)
+        lines += tuning.table(spec, found, str(r.cmp.target), r.quick)
         for c in [] if r.quick else [c for c in found if not c.pending]:
             for name in c.differs():
                 where = ", ".join(f"{k}={fmt_value(v)}" for k, v in c.setting.items())

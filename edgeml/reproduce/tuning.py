@@ -98,10 +98,8 @@ def choices(spec: Any, done: list, planned: list, per_run: pd.DataFrame, target_
         by = tunes.by
         if by == "time_to_target" and all(any(r["censored"] for r in rs) for rs in candidates.values()):
             by = fallback
-        scores = {v: (_score(rs, by), len(rs), sum(bool(r["censored"]) for r in rs)) for v, rs in candidates.items()}
-        sign = -1 if BY[by] == "higher" else 1
-        finite = {v: s for v, s in scores.items() if not math.isnan(s[0])}
-        chosen = min(finite, key=lambda v: (sign * finite[v][0], _order(v))) if finite else None
+        scores = {v: (score(rs, by), len(rs), sum(bool(r["censored"]) for r in rs)) for v, rs in candidates.items()}
+        chosen = best({v: s[0] for v, s in scores.items()}, by)
         c = Choice(dict(setting), scores, by, chosen, sorted(seeds[setting]))
         finished = {(p.name, p.seed) for p in mine}
         c.pending = sum(1 for p in planned if p.spec == spec.name and (p.name, p.seed) not in finished
@@ -115,11 +113,19 @@ def choices(spec: Any, done: list, planned: list, per_run: pd.DataFrame, target_
     return out
 
 
-def _score(rows: list[dict], by: str) -> float:
+def score(rows: list[dict], by: str) -> float:
     """The mean of ``by`` over a candidate's seeds; a time with a censored seed is infinite (never)."""
     if by == "time_to_target" and any(r["censored"] for r in rows):
         return math.inf
     return sum(float(r[by]) for r in rows) / len(rows)
+
+
+def best(scores: dict[Any, float], by: str) -> Any:
+    """The candidate whose score is best by ``by`` (see ``BY``); a tie goes to the smaller value; NaN scores (not
+    measured) are left out; None where none is left."""
+    sign = -1 if BY[by] == "higher" else 1
+    finite = {v: s for v, s in scores.items() if not math.isnan(s)}
+    return min(finite, key=lambda v: (sign * finite[v], _order(v))) if finite else None
 
 
 def _order(v: Any) -> tuple:
