@@ -65,6 +65,24 @@ def test_top_c_matches_a_stable_sort_on_many_ties_in_both_paths(dtype):
         for c in (0.5, 0.1, 0.01, 0.001, 1.0):
             idx = top_c(x, c, spans)
             assert idx.dtype == torch.int64 and idx.tolist() == _stable_top(x, c, spans)
+    # large layers take the sampled pre-selection: the same entries, whether the sample's threshold lets
+    # enough candidates through (Gaussian, mostly zeros, a few huge entries the stride misses) or not
+    large = [(0, 8192), (8192, 30000), (38192, 9000)]
+    for trial in range(15):
+        x = torch.randn(47192, generator=gen, dtype=dtype)
+        if trial % 4 == 1:
+            x = (torch.randint(-4, 5, (47192,), generator=gen) / 4).to(dtype)
+        if trial % 4 == 2:
+            x[torch.rand(47192, generator=gen) < 0.97] = 0.0
+        if trial % 4 == 3:
+            x = torch.zeros(47192, dtype=dtype)
+            x[torch.randint(0, 47192, (60,), generator=gen)] = torch.rand(60, generator=gen, dtype=dtype) + 1
+        if trial % 5 == 4:  # the largest entries exactly where the sample looks: too few candidates, the fallback
+            for offset, n in large:
+                x[offset:offset + n:n // 4096] += 10
+        for c in (0.25, 0.1, 0.01, 0.001):
+            idx = top_c(x, c, large)
+            assert idx.dtype == torch.int64 and idx.tolist() == _stable_top(x, c, large)
     x = torch.randn(1310, generator=gen, dtype=dtype)
     x[400] = float("inf")  # the torch path: an infinite entry is the largest of its layer
     assert 400 in top_c(x, 0.01, spans).tolist() and top_c(x, 0.01, spans).tolist() == _stable_top(x, 0.01, spans)

