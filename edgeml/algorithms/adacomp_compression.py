@@ -76,11 +76,11 @@ def _select_numpy(v, k: int):
         q = min(sample.size, 2 * k * sample.size // n + 8)
         candidates = np.flatnonzero(v >= np.partition(sample, sample.size - q)[sample.size - q])
         if candidates.size >= k:
-            return candidates[_largest(v[candidates], k)].astype(np.int64)
-    return np.flatnonzero(_largest(v, k)).astype(np.int64)
+            return candidates[largest_mask(v[candidates], k)].astype(np.int64)
+    return np.flatnonzero(largest_mask(v, k)).astype(np.int64)
 
 
-def _largest(v, k: int):
+def largest_mask(v, k: int):
     """A mask of the k largest entries of ``v``, ties at the k-th largest to the lowest indices."""
     import numpy as np
 
