@@ -28,7 +28,7 @@ from edgeml.analysis.claims import CAUSES, HEADLINE_SEEDS
 from edgeml.analysis.verdicts import (HEADLINE_MARK, HOLDS_SHARE, NEEDS_DIAGNOSIS, Result, evaluate,
                                      verdict_kind)
 from edgeml.errors import UserError
-from edgeml.reproduce import tuning
+import edgeml.reproduce.tuning as tuning
 from edgeml.reproduce.load import Experiment
 from edgeml.reproduce.plan import PlannedRun
 from edgeml.rundir import CLASS_ACCURACY, Run, eval_column, flat_config, fmt_value, load_runs, warn
