@@ -64,8 +64,8 @@ def _select_numpy(v, k: int):
     """``top_c``'s selection in one span of finite magnitudes ``v``: the k largest, ties to the lowest, ascending.
 
     Exact, and cheap for small k (the c of 0.01 and 0.001 on a 200,000-entry layer is ten times faster than one
-    partition of the layer): a strided sample of about 4,096 entries estimates a threshold that about 2k
-    entries reach; when at least k do, the k-th largest magnitude is at or above it, so every entry the
+    partition of the layer): a strided sample of about 4,096 entries estimates a threshold that a few standard
+    deviations more than k entries reach; when at least k do, the k-th largest magnitude is at or above it, so every entry the
     selection can keep (ties included) is among those candidates and the partition runs on them only; when
     fewer do (an unlucky sample), the whole span is partitioned."""
     import numpy as np
@@ -73,7 +73,8 @@ def _select_numpy(v, k: int):
     n = v.size
     if n >= 8192 and 4 * k <= n:
         sample = v[:: n // 4096]
-        q = min(sample.size, 2 * k * sample.size // n + 8)
+        expect = k * sample.size / n  # sample entries at or above the k-th largest, on average
+        q = min(sample.size, int(expect + 4 * math.sqrt(expect)) + 8)  # four standard deviations above
         candidates = np.flatnonzero(v >= np.partition(sample, sample.size - q)[sample.size - q])
         if candidates.size >= k:
             return candidates[largest_mask(v[candidates], k)].astype(np.int64)

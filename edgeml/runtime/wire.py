@@ -77,8 +77,9 @@ def sparse_layers(x: torch.Tensor, index: torch.Tensor, spans: Spans) -> Payload
     index = _as_index(index, x.numel())
     offsets, sizes = _check_spans(spans, x.numel(), tile=False, device=index.device)
     layer = _layer_of(index, offsets, sizes)
-    order = torch.sort(layer, stable=True).indices
-    index, layer = index[order], layer[order]
+    if len(layer) > 1 and not bool((layer[1:] >= layer[:-1]).all()):  # already grouped when index ascends
+        order = torch.sort(layer, stable=True).indices
+        index, layer = index[order], layer[order]
     counts = (torch.bincount(layer, minlength=len(sizes)) if len(sizes)
               else torch.zeros(0, dtype=torch.int64, device=layer.device))
     return {"counts": counts.to(torch.int32), "local": (index - offsets[layer]).to(torch.int32),
