@@ -65,9 +65,9 @@ def _select_numpy(v, k: int):
 
     Exact, and cheap for small k (the c of 0.01 and 0.001 on a 200,000-entry layer is ten times faster than one
     partition of the layer): a strided sample of about 4,096 entries estimates a threshold that a few standard
-    deviations more than k entries reach; when at least k do, the k-th largest magnitude is at or above it, so every entry the
-    selection can keep (ties included) is among those candidates and the partition runs on them only; when
-    fewer do (an unlucky sample), the whole span is partitioned."""
+    deviations more than k entries reach; when at least k do, the k-th largest magnitude is at or above it, so
+    every entry the selection can keep (ties included) is among those candidates and the partition runs on them
+    only; when fewer do (an unlucky sample), the whole span is partitioned."""
     import numpy as np
 
     n = v.size
