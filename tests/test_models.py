@@ -215,6 +215,38 @@ def test_local_response_norm_gives_torchs_bits_forward_and_backward(size: int) -
         assert torch.equal(a, b) and torch.equal(ours.grad, theirs.grad)
 
 
+@pytest.mark.parametrize("kernel,stride,padding", [(3, 2, 1), (2, None, 0), (3, 1, 1), ((2, 3), (1, 2), (1, 0))])
+def test_max_pool_gives_torchs_bits_forward_and_backward(kernel, stride, padding) -> None:
+    """edgeml's MaxPool2d (channels-last forward) against torch's: the same output, the same gradient, with and
+    without autograd, on inputs full of ties (ReLU zeros, repeated values) and on 1 channel or 1 sample."""
+    from edgeml.models import MaxPool2d
+
+    g = torch.Generator().manual_seed(3)
+    for shape in [(8, 16, 13, 11), (1, 1, 9, 9), (4, 3, 28, 28), (5, 7, 6)]:  # 3-D: torch's own path
+        x0 = torch.relu(torch.randn(*shape, generator=g)).round(decimals=1)  # zeros and repeated values
+        w = torch.randn(*x0.shape[:-2], *nn.functional.max_pool2d(x0, kernel, stride, padding).shape[-2:],
+                        generator=g)
+        ours, theirs = x0.clone().requires_grad_(), x0.clone().requires_grad_()
+        a = MaxPool2d(kernel, stride, padding)(ours)
+        b = nn.MaxPool2d(kernel, stride, padding)(theirs)
+        (a * w).sum().backward()
+        (b * w).sum().backward()
+        assert a.is_contiguous() and torch.equal(a, b) and torch.equal(ours.grad, theirs.grad)
+        with torch.no_grad():
+            assert torch.equal(MaxPool2d(kernel, stride, padding)(x0), b)
+
+
+def test_max_pool_keeps_torchs_options() -> None:
+    """Options the channels-last path does not take (ceil mode, dilation, returned indices) give torch's result."""
+    from edgeml.models import MaxPool2d
+
+    x = torch.randn(2, 3, 9, 9, generator=torch.Generator().manual_seed(0))
+    for options in [{"ceil_mode": True}, {"dilation": 2}, {"return_indices": True}]:
+        ours, theirs = MaxPool2d(2, **options)(x), nn.MaxPool2d(2, **options)(x)
+        ours, theirs = (ours, theirs) if isinstance(ours, tuple) else ((ours,), (theirs,))
+        assert len(ours) == len(theirs) and all(torch.equal(a, b) for a, b in zip(ours, theirs))
+
+
 @pytest.mark.parametrize("channels", [1, 3])
 def test_channels_last_conv_is_the_convolution_and_trains_the_flat_vector(channels: int) -> None:
     """``ChannelsLastConv2d`` (adacomp-cnn's layers) computes nn.Conv2d's convolution in channels-last format:
