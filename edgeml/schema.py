@@ -215,7 +215,9 @@ class NetworkSection:
     commit_delay_s: float = ranged(0.0, ge=0)
     """Extra delay added to every message a worker sends (adsp.txt Fig. 6)."""
     links: list[dict] = field(default_factory=list)
-    """Per-worker overrides: ``[{worker = 2, latency_s = 0.05, up_mbps = 10, down_mbps = 100}]``."""
+    """Overrides of the star's access links, by worker index or by node set: ``[{worker = 2, latency_s = 0.05,
+    up_mbps = 10, down_mbps = 100}, {node = "ps", up_mbps = 100}]``. Nodes other than workers have ideal links
+    unless named; a node's up link sends one message at a time (a parameter server's replies queue on it)."""
     topology: Literal["star", "complete", "ring", "random", "edges"] = "star"
     """Graph over all nodes: ``star`` (access links to one switch: the fields above), ``complete``, ``ring`` (in
     rank order), ``random`` (connected, average ``degree``, seeded) or ``edges`` (the list ``edges``)."""

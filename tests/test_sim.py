@@ -112,6 +112,23 @@ def test_link_model_latency_and_bandwidth():
                                               rel=0.02)
 
 
+@pytest.mark.parametrize("workers", [2, 4])
+def test_a_parameter_servers_replies_queue_on_its_up_link(workers: int):
+    """``network.links`` by node set: the PS's up link at 8 Mb/s, the workers' ideal. BSP's PS replies to all
+    workers at the barrier, one message at a time, so the last reply leaves n transmissions after the first:
+    a round is one step plus n x (reply bytes / 1 MB/s), and more workers make every round longer."""
+    kernel, *_ = simulate("run.algorithm='bsp'", f"cluster.workers={workers}", "cluster.base_step_s=0.01",
+                          "network.links=[{node='ps', up_mbps=8}]", "stop.max_time=3")
+    reply = 4 * kernel.job.init_params.numel()
+    round_s = 0.01 + workers * reply / 1e6
+    steps = sorted(n.counters.steps for n in kernel.nodes.values() if n.info.role == "worker")
+    # a worker whose reply leaves first starts the round that the clock cuts short: one step more
+    assert 3 / round_s - 1 <= steps[0] <= steps[-1] <= 3 / round_s + 2
+    ideal, *_ = simulate("run.algorithm='bsp'", f"cluster.workers={workers}", "cluster.base_step_s=0.01",
+                         "stop.max_time=3")
+    assert all(abs(n.counters.steps - 300) <= 1 for n in ideal.nodes.values() if n.info.role == "worker")
+
+
 @pytest.mark.slow
 def test_commit_delay_and_slowdown():
     fast, *_ = simulate("run.algorithm='asp'", "cluster.workers=2", "cluster.base_step_s=0.01", "stop.max_time=2")

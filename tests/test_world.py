@@ -13,7 +13,7 @@ from edgeml.config import load_config
 from edgeml.errors import UserError
 from edgeml.runtime.base import layout
 from edgeml.world import build
-from edgeml.world.build import access_links, parse_nodes
+from edgeml.world.build import access_links, node_links, parse_nodes
 from edgeml.world.load import Load, fair_share
 try:
     from tests import access_links as ref
@@ -47,6 +47,31 @@ def test_default_star_reproduces_the_access_link_model_exactly():
                 assert got.hops == 2  # through the switch
     # the PS's link is ideal: a message from it to worker 0 costs worker 0's latency and downlink only
     assert env.message(PS, W0, 10_000, 0.0) == (0.0, 0.01 + 10_000 / 1e7, 2)
+
+
+def test_links_by_node_set_give_any_node_its_link():
+    """``network.links`` entries by node set: the PS's up link at 8 Mb/s carries its replies (1 MB/s on the
+    wire), workers 0-1 get a slower downlink; entries by worker index still apply, and later entries win."""
+    env, cfg = env_of("network.latency_s=0.01", "network.links=[{node='ps', up_mbps=8, latency_s=0.002},"
+                      "{worker=3, down_mbps=40}, {node='worker:0-1', down_mbps=16}, {node='worker:1', latency_s=0.03}]")
+    assert env.message(PS, W0, 10_000, 0.0) == pytest.approx((0.01, 0.002 + 0.01, 2))  # PS's uplink is the slower
+    assert env.message(PS, W1, 10_000, 0.0) == pytest.approx((0.01, 0.002 + 0.03, 2))
+    assert env.message(PS, W2, 10_000, 0.0) == pytest.approx((0.01, 0.002 + 0.01, 2))
+    assert env.message(W0, PS, 10_000, 0.0) == pytest.approx((0.0, 0.01 + 0.002, 2))  # the PS's downlink: ideal
+    tx, flight, _ = env.message(W2, W3, 10_000, 0.0)  # worker entries: worker 3's downlink at 5 MB/s
+    assert (tx, flight) == pytest.approx((0.0, 0.02 + 10_000 / 5e6))
+    assert node_links(cfg, env.roles)[W1].down_Bps == 2e6
+
+
+@pytest.mark.parametrize("entry, words", [
+    ("{node='server', up_mbps=8}", "names role 'server'"),
+    ("{node='worker:7', up_mbps=8}", "outside the 4 worker node(s)"),
+    ("{node='ps', up_mbps=-1}", "up_mbps = -1 must be a finite number >= 0"),
+    ("{node='ps', worker=1}", "use the keys"),
+])
+def test_links_by_node_set_refuse_bad_entries(entry: str, words: str):
+    with pytest.raises(UserError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        env_of(f"network.links=[{entry}]")
 
 
 def test_all_reduce_on_the_star_with_equal_latencies_is_the_access_link_models():

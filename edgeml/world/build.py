@@ -166,19 +166,43 @@ def _Bps(mbps: float) -> float:
     return mbps * 1e6 / 8 if mbps > 0 else math.inf
 
 
+_LINK_KEYS = {"latency_s": _Bound(), "up_mbps": _Bound(), "down_mbps": _Bound()}
+
+
 def access_links(cfg) -> dict[int, Link]:
     """Worker index -> its access link on the star (``network.latency_s``, ``up_mbps``, ``down_mbps``,
-    ``commit_delay_s`` and the per-worker ``network.links``); nodes of other roles have an ideal link."""
+    ``commit_delay_s`` and the ``network.links`` entries by ``worker``); nodes of other roles have an ideal
+    link unless ``network.links`` names them by node set (``node_links``)."""
     net, key = cfg.network, "network.links"
     base = Link(net.latency_s, _Bps(net.up_mbps), _Bps(net.down_mbps), net.commit_delay_s)
     links = {w: base for w in range(cfg.cluster.workers)}
     for item in net.links:
-        e = _table(item, key, {"latency_s": _Bound(), "up_mbps": _Bound(), "down_mbps": _Bound()}, ("worker",),
-                   ("worker",))
+        if isinstance(item, dict) and "node" in item:
+            continue
+        e = _table(item, key, _LINK_KEYS, ("worker",), ("worker",))
         w = _worker(e, key, cfg)
-        old = links[w]
-        links[w] = Link(e.get("latency_s", old.latency_s), _Bps(e["up_mbps"]) if "up_mbps" in e else old.up_Bps,
-                        _Bps(e["down_mbps"]) if "down_mbps" in e else old.down_Bps, old.extra_s)
+        links[w] = _override(links[w], e)
+    return links
+
+
+def _override(link: Link, e: Mapping[str, Any]) -> Link:
+    """``link`` with the latency and rates a ``network.links`` entry gives."""
+    return Link(e.get("latency_s", link.latency_s), _Bps(e["up_mbps"]) if "up_mbps" in e else link.up_Bps,
+                _Bps(e["down_mbps"]) if "down_mbps" in e else link.down_Bps, link.extra_s)
+
+
+def node_links(cfg, roles: Mapping[str, list[int]]) -> dict[int, Link]:
+    """Rank -> access link of every node: the workers' (``access_links``), an ideal one for other roles, then
+    the ``network.links`` entries by node set (``node = "ps"``, ``"worker:0-3"``, ``"*"``) in order. A node's up
+    link carries what it sends, one message at a time: a parameter server's replies queue on it."""
+    key, workers = "network.links", roles.get("worker", [])
+    links = {r: Link() for rs in roles.values() for r in rs}
+    links.update({workers[i]: link for i, link in access_links(cfg).items() if i < len(workers)})
+    for item in cfg.network.links:
+        if isinstance(item, dict) and "node" in item:
+            e = _table(item, key, _LINK_KEYS, ("node",), ("node",))
+            for r in parse_nodes(e["node"], roles, key):
+                links[r] = _override(links[r], e)
     return links
 
 
@@ -235,7 +259,7 @@ def network(cfg, roles: Mapping[str, list[int]]) -> topology.Topology:
     net = cfg.network
     ranks = sorted(r for rs in roles.values() for r in rs)
     workers = roles.get("worker", [])
-    links = access_links(cfg)  # parsed whatever the topology, so bad entries are always refused
+    links = node_links(cfg, roles)  # parsed whatever the topology, so bad entries are always refused
     if net.topology == "star":
         for key in ("link_latency_s", "link_mbps"):
             if getattr(net, key):
@@ -243,7 +267,7 @@ def network(cfg, roles: Mapping[str, list[int]]) -> topology.Topology:
                                 f"take network.latency_s, up_mbps and down_mbps")
         if net.edges:
             raise UserError("network.edges is read with topology = 'edges' only: set network.topology = 'edges'")
-        graph = topology.star(ranks, {workers[i]: link for i, link in links.items() if i < len(workers)})
+        graph = topology.star(ranks, links)
     else:
         graph = _generated(cfg, roles, ranks, workers)
     if net.failures == "transient" and net.failed_may_disconnect:
