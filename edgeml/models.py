@@ -200,7 +200,7 @@ class _ChannelsLastMaxPool(torch.autograd.Function):
 
 class MaxPool2d(nn.MaxPool2d):
     """torch's MaxPool2d with the same numbers, forward and backward, about 4x faster for channels-first 4-D
-    input on a CPU (a cifar-cnn training step 1.2x, its evaluation 1.3x: ``scripts/bench_lrn.py``): the maxima
+    input on a CPU (a cifar-cnn training step 1.2x, its evaluation 1.5x: ``scripts/bench_lrn.py``): the maxima
     and their indices come from torch's channels-last kernel on a channels-last copy of the input (the channels-first
     kernel took a fifth of a cifar-cnn step), the output and the backward pass stay channels-first, so the layers
     around it and the gradient's summation order are torch's. Both kernels scan a window in the same order and
