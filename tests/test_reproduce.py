@@ -492,6 +492,31 @@ def test_a_missing_data_set_is_refused_before_anything_runs_and_plans_need_none(
     assert not (tmp_path / "out").exists()
 
 
+def test_an_ablation_that_reads_differently_at_a_claims_targets_says_where_each_reading_is():
+    """A claim decided at several targets (or sweep points) decides its ablation at each: a reading shared by
+    every target is one line, as it always was; readings that differ are one line each, saying where."""
+    from edgeml.analysis.verdicts import Result
+    from edgeml.reproduce.render import _ablation_lines
+
+    def result(target, *ablations):
+        return Result(claim="c", target=target, paper="80%", measured="-", n=5, resolution="-", verdict="weaker",
+                      ablations=ablations)
+
+    same = ("abl-a", "A takes 70% less time", "weaker")
+    results = [result("loss<=1", ("abl-b", "B takes 68% less time", "weaker"), same),
+               result("loss<=0.9", ("abl-b", "B takes 73% less time", "holds"), same),
+               result("loss<=0.8", ("abl-b", "B takes 68% less time", "weaker"), same)]
+    assert _ablation_lines(results) == [  # each ablation's readings together
+        "  - ablation `abl-b` at loss<=1, loss<=0.8: B takes 68% less time (weaker with it in the claim's place).",
+        "  - ablation `abl-b` at loss<=0.9: B takes 73% less time (holds with it in the claim's place).",
+        "  - ablation `abl-a`: A takes 70% less time (weaker with it in the claim's place)."]
+    swept = [Result(claim="c", target="loss<=0.9", paper="-", measured="-", n=3, resolution="-", verdict="weaker",
+                    at=f"cluster.workers={n}", ablations=(("abl-c", f"{n} workers", "holds"),)) for n in (18, 36)]
+    assert [line.split(":")[0] for line in _ablation_lines(swept)] == [
+        "  - ablation `abl-c` at cluster.workers=18; loss<=0.9",
+        "  - ablation `abl-c` at cluster.workers=36; loss<=0.9"]
+
+
 def test_a_diagnosis_in_the_experiment_file_appears_in_the_report_and_the_scoreboard(tmp_path, toy):
     """A claim that does not hold prints its diagnosis under its section's table, with its ablation decided in
     the claim's place; one without says "not yet diagnosed", counted at the top; verdicts.csv carries both, and

@@ -7,9 +7,9 @@ figures of each figure group, the claims' verdicts and ``REPORT.md``. It reads t
 from __future__ import annotations
 
 import math
-
 import re
 import shutil
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timezone
 from pathlib import Path
@@ -463,9 +463,26 @@ def _notes(exp: Experiment, results: list[Result]) -> list[str]:
             lines.append(f"- *{text}*: **not yet diagnosed**.")
             continue
         lines.append(f"- *{text}*: **{CAUSES[d.cause]}**: {d.text}")
-        for run, measured, verdict in dict.fromkeys(a for r in results if r.claim == text for a in r.ablations):
-            lines.append(f"  - ablation `{run}`: {measured} ({verdict} with it in the claim's place).")
+        lines += _ablation_lines([r for r in results if r.claim == text])
     return lines + [""] if lines else []
+
+
+def _ablation_lines(results: list[Result]) -> list[str]:
+    """One line per distinct reading of each ablation of a claim (``results``: the claim's, one per sweep point
+    and target); where an ablation reads differently at the claim's points or targets, each line says where."""
+    where: dict[tuple, list[str]] = {}
+    for r in results:
+        for a in r.ablations:
+            where.setdefault(a, [])
+            if claim_at(r) not in where[a]:
+                where[a].append(claim_at(r))
+    readings = Counter(run for run, _, _ in where)
+    order = list(readings)  # each ablation's readings together, in the order the ablations first read
+    lines = []
+    for (run, measured, verdict), ats in sorted(where.items(), key=lambda kv: order.index(kv[0][0])):
+        at = f" at {', '.join(ats)}" if readings[run] > 1 else ""
+        lines.append(f"  - ablation `{run}`{at}: {measured} ({verdict} with it in the claim's place).")
+    return lines
 
 
 def _results(r: Report) -> list[str]:
