@@ -441,6 +441,20 @@ def test_words_match_the_sign_for_both_claim_directions():
     assert slower.words == "new takes 50% more time than base to reach the target"
 
 
+
+def test_a_bound_on_a_run_that_is_slower_says_at_most_in_words_as_the_measured_bound_does():
+    """A baseline censored at 1000 s took at least that long: a run that took 1500 s is at most 50% slower (the
+    effect, 1 - run / base, is >= -50%); a run censored at 1000 s against a base of 500 s is at least 100%
+    slower."""
+    base_censored = evaluate(claim(), timed({0: 1500.0, 1: 1500.0}, {0: None, 1: None}), "loss<=0.9")[0]
+    assert base_censored.words == "new takes at most 50% more time than base to reach the target"
+    assert base_censored.verdict == "inconclusive (>= -50%)"
+    run_censored = evaluate(claim(), timed({0: None, 1: None}, {0: 500.0, 1: 500.0}), "loss<=0.9")[0]
+    assert run_censored.words == "new takes at least 100% more time than base to reach the target"
+    assert run_censored.verdict.endswith("(<= -100%)")
+    faster = evaluate(claim(), timed({0: 200.0, 1: 200.0}, {0: None, 1: None}), "loss<=0.9")[0]
+    assert faster.words == "new takes at least 80% less time than base to reach the target"
+
 def test_the_words_call_runs_by_their_names_in_the_papers_unless_two_would_read_alike():
     table = timed({0: 200.0, 1: 200.0}, {0: 1000.0, 1: 1000.0})
     (r,) = evaluate(claim(), table, "loss<=0.9", names={"new": "ADSP", "base": "BSP"})

@@ -480,6 +480,8 @@ def effect_words(claim: Claim, iv: Interval, run: str, base: str, lo_open: bool,
     if _rounds_to_zero(_magnitude(claim, v)):
         return f"{run}: {noun} the same as {base}'s, to the shown precision"
     lower = v > 0  # reduction 1 - run / baseline, difference baseline - run: above 0, the run's is lower
+    if not lower:  # a bound on the effect bounds the run's excess the other way: effect >= -5% is at most 5% higher
+        bound = {"at least ": "at most ", "at most ": "at least ", "": ""}[bound]
     if claim.kind == "difference" and "accuracy" in claim.metric:
         return f"{run} {bound}{_magnitude(claim, v)} {'less' if lower else 'more'} accurate than {base}"
     if claim.metric == "time_to_target":
