@@ -455,6 +455,10 @@ def words_names(labels: list[str], result: dict, names: dict[str, str]) -> list[
     return display if len(set(display)) == len(set(plain)) else plain
 
 
+TURNED = {"at least ": "at most ", "at most ": "at least ", "": ""}
+"""A bound's words said of the other side: a run at least 2x as fast takes at most 1/2 the time."""
+
+
 def effect_words(claim: Claim, iv: Interval, run: str, base: str, lo_open: bool, hi_open: bool) -> str:
     """The measured mean effect in words, oriented to the claim: what the run's metric is against the
     baseline's (``reduction``: "45% lower"; ``ratio``: "1/52 of", "2.1x"; ``difference``: "0.8 pt higher"),
@@ -471,7 +475,7 @@ def effect_words(claim: Claim, iv: Interval, run: str, base: str, lo_open: bool,
     if claim.kind == "ratio":  # baseline / run: said of the run, as run / baseline = 1 / v, a bound turns round
         if v <= 0 or not math.isfinite(v):
             return ""
-        inverse = {"at least ": "at most ", "at most ": "at least ", "": ""}[bound]
+        inverse = TURNED[bound]
         if claim.metric == "time_to_target":
             return f"{run} reaches the target {bound}{v:.3g}x as fast as {base}" if v >= 1 else \
                 f"{run} takes {inverse}{1 / v:.3g}x {base}'s time to reach the target"
@@ -481,7 +485,7 @@ def effect_words(claim: Claim, iv: Interval, run: str, base: str, lo_open: bool,
         return f"{run}: {noun} the same as {base}'s, to the shown precision"
     lower = v > 0  # reduction 1 - run / baseline, difference baseline - run: above 0, the run's is lower
     if not lower:  # a bound on the effect bounds the run's excess the other way: effect >= -5% is at most 5% higher
-        bound = {"at least ": "at most ", "at most ": "at least ", "": ""}[bound]
+        bound = TURNED[bound]
     if claim.kind == "difference" and "accuracy" in claim.metric:
         return f"{run} {bound}{_magnitude(claim, v)} {'less' if lower else 'more'} accurate than {base}"
     if claim.metric == "time_to_target":
