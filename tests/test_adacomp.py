@@ -10,10 +10,11 @@ import pandas as pd
 import pytest
 import torch
 
-from edgeml.algorithms.adacomp import staleness_rate
+from edgeml.algorithms.adacomp import adacomp_update, staleness_rate
 from edgeml.algorithms.adacomp_compression import keep_count, top_c
 from edgeml.algorithms.adacomp_staleness import Histogram, TouchHistory
 from edgeml.config import load_config
+from edgeml.runtime import wire
 from edgeml.runner import run
 from edgeml.runner import prepare
 from edgeml.train import Evaluator
@@ -116,6 +117,24 @@ def test_staleness_rate_is_eq_5():
     assert staleness_rate(0.6, torch.tensor([0, 7]), aware=False) == 0.6
 
 
+@pytest.mark.parametrize("cap, aware, want", [
+    (0.0, True, [0.2, 0.6, 0.6, 0.6]),  # Eq. 5: alpha / sigma_k, alpha at sigma_k = 0
+    (2.0, True, [0.2, 0.4, 0.4, 0.4]),  # at most twice the update's rate, alpha / sigma = 0.2
+    (1.0, True, [0.2, 0.2, 0.2, 0.2]),  # the update's rate for every entry (sigma_k <= sigma)
+    (1.0, False, [0.6, 0.6, 0.6, 0.6]),  # no staleness division: every rate is alpha, under any cap >= 1
+])
+def test_rate_cap_bounds_each_entry_by_a_multiple_of_the_update_rate(cap, aware, want):
+    hist = TouchHistory(4, segment=8, holders=[1, 2])
+    for touched in ([0], [0, 1], [0]):  # three updates since worker 1 pulled version 0
+        hist.record(torch.tensor(touched))
+    spans = [(0, 4)]
+    W = torch.zeros(4)
+    data = wire.sparse_layers(torch.ones(4), torch.arange(4), spans)
+    sigma = adacomp_update(W, hist, spans, 1, data, 0.6, aware, cap=cap, staleness=3)
+    assert sigma.tolist() == [3, 1, 0, 0]
+    assert (-W).tolist() == pytest.approx(want)
+
+
 def test_sigma_matches_a_brute_force_history_while_the_window_slides():
     rng = random.Random(3)
     size, holders = 40, [1, 2, 3, 4]
@@ -172,14 +191,15 @@ def test_with_c_1_and_one_worker_adacomp_is_sequential_sgd(tmp_path):
     assert loss < 0.7 * pd.read_csv(path / "evals.csv").loss.iloc[0]
 
 
-@pytest.mark.parametrize("aware", [True, False])
-def test_asgd_replays_as_alpha_over_staleness_or_plain_alpha(tmp_path, aware):
+@pytest.mark.parametrize("aware, warmup", [(True, 0), (False, 0), (True, 20)])
+def test_asgd_replays_as_alpha_over_staleness_or_plain_alpha(tmp_path, aware, warmup):
     # every applied update, in the PS's order (the staleness series), replayed by hand: each worker's gradient
-    # on the model it last pulled, times alpha / max(1, sigma) (Sec. V-B) or alpha (staleness_aware = false)
+    # on the model it last pulled, times alpha / max(1, sigma) (Sec. V-B) or alpha (staleness_aware = false),
+    # alpha rising as (v + 1) / warmup over the first updates v with a warm-up
     lr, workers = 0.2, 3
     path = _run(tmp_path, "asgd", "run.algorithm='asgd'", f"asgd.lr={lr}", f"asgd.staleness_aware={str(aware).lower()}",
                 f"cluster.workers={workers}", "stop.max_steps=45", "stop.max_time=100", "eval.interval=100",
-                "cluster.random_wait_s=0.01")
+                "cluster.random_wait_s=0.01", f"asgd.warmup={warmup}")
     order = pd.read_csv(path / "series" / "staleness.csv")
     job = prepare(load_config(overrides=[f"cluster.workers={workers}"]))[0]
     trainers = [job.trainer(w) for w in range(workers)]
@@ -187,7 +207,8 @@ def test_asgd_replays_as_alpha_over_staleness_or_plain_alpha(tmp_path, aware):
     for w, s in zip(order.worker, order.staleness):
         assert s == version - pulled[w]
         trainers[w].gradient()
-        W.add_(trainers[w].grad, alpha=-(lr / max(1, s) if aware else lr))
+        alpha = lr * min(1.0, (version + 1) / warmup) if warmup else lr
+        W.add_(trainers[w].grad, alpha=-(alpha / max(1, s) if aware else alpha))
         version += 1
         trainers[w].params.copy_(W)
         pulled[w] = version
@@ -196,6 +217,21 @@ def test_asgd_replays_as_alpha_over_staleness_or_plain_alpha(tmp_path, aware):
     loss, acc = Evaluator(job, ds.x_test[job.test_index], ds.y_test[job.test_index])(W)
     final = pd.read_csv(path / "evals.csv").iloc[-1]
     assert final.accuracy == acc and final.loss == pytest.approx(loss, rel=1e-6)
+
+
+def test_adacomp_at_c_1_with_its_rates_capped_at_the_update_rate_is_asgd(tmp_path):
+    # every entry kept and no entry faster than the whole update: AdaComp's PS applies ASGD's step, so the same
+    # seed gives the same updates in the same order and the same models, bit for bit (alpha 0.25 is exact in
+    # float32, so the two ways of rounding alpha / sigma agree)
+    common = ["cluster.workers=3", "stop.max_steps=40", "stop.max_time=100", "eval.interval=0.02",
+              "cluster.random_wait_s=0.01"]
+    a = _run(tmp_path, "asgd", "run.algorithm='asgd'", "asgd.lr=0.25", *common)
+    b = _run(tmp_path, "adacomp", "run.algorithm='adacomp'", "adacomp.lr=0.25", "adacomp.c=1.0",
+             "adacomp.rate_cap=1.0", *common)
+    sa, sb = (pd.read_csv(p / "series" / "staleness.csv") for p in (a, b))
+    assert sa[["worker", "staleness"]].equals(sb[["worker", "staleness"]]) and sa.staleness.max() >= 2
+    ea, eb = (pd.read_csv(p / "evals.csv") for p in (a, b))
+    assert len(ea) > 2 and ea.accuracy.tolist() == eb.accuracy.tolist() and ea.loss.tolist() == eb.loss.tolist()
 
 
 def test_bytes_per_push_are_4l_plus_8k_plus_8(tmp_path):

@@ -36,6 +36,10 @@ Choices where the paper is open:
   code counted over the whole history when the delay was 0, and its top-c loops crash; we implement the
   paper's definitions.) The PS cannot tell a crashed worker from a slow one, so a crashed worker's pull stays
   outstanding.
+- *Stabilisers*: the paper names none, and none is on by default. ``warmup`` (all three methods) ramps alpha up
+  linearly over the first updates; ``rate_cap`` (AdaComp) bounds each entry's rate alpha / sigma_k by a
+  multiple of the update's rate alpha / sigma, so that an entry no other update touched cannot step much
+  further than ASGD would (1: the update's rate for every entry; with c = 1, ASGD exactly).
 - *Update order*: arrival order at the PS. The paper's platform added a random wait between computation and
   push (Sec. V-A); here ``cluster.random_wait_s`` does (``node.push`` sleeps it), with device speeds and links.
 
@@ -79,6 +83,9 @@ class ASGDConfig:
     """Divide alpha by the staleness (Eq. 5; the update's for ASGD and Comp-ASGD, Sec. V-B, each entry's sigma_k
     for AdaComp). Off, every update gets the plain alpha: ASGD as esync.txt runs it, and for AdaComp or
     Comp-ASGD an ablation of the staleness rate."""
+    warmup: int = ranged(0, ge=0)
+    """A stabiliser the paper does not name (0, off, is the paper's rule): the PS's alpha rises linearly over its
+    first ``warmup`` updates, alpha (v + 1) / warmup at update v (counted from 0), then stays alpha."""
 
     def eta(self, num_workers: int) -> float:
         """The kit's global rate: alpha itself (workers push raw gradients)."""
@@ -97,6 +104,11 @@ class AdaCompConfig(ASGDConfig):
     c: float = ranged(0.01, gt=0, le=1)
     """Compression ratio c: a push keeps the floor(c n) largest entries (by absolute value, at least one) of
     each weight matrix and bias vector of n entries (adacomp.txt Alg. 1 line 15)."""
+    rate_cap: float = ranged(0.0, ge=0)
+    """A stabiliser the paper does not name (0, off, is Eq. 5): each entry's rate alpha_k is at most ``rate_cap``
+    times the rate of the whole update, alpha / sigma with sigma the update's staleness (ASGD's rate, Sec. V-B).
+    As sigma_k <= sigma, 1 gives every entry the update's rate (at c = 1, ASGD); larger values bound how far the
+    per-parameter staleness may raise an entry's rate above ASGD's."""
 
 
 # ------------------------------------------------------------------------------------------ the server
@@ -114,15 +126,21 @@ def staleness_rate(alpha: float, sigma: int | torch.Tensor, aware: bool = True) 
     return alpha / sigma.clamp(min=1).to(torch.float32)
 
 
-def adacomp_update(W, history, spans, src: int, data, alpha: float, aware: bool = True) -> torch.Tensor:
+def adacomp_update(W, history, spans, src: int, data, alpha: float, aware: bool = True, *, cap: float = 0.0,
+                   staleness: int = 0) -> torch.Tensor:
     """Apply one AdaComp push ``data`` (each layer's kept entries) from worker ``src`` to ``W`` in place: sigma_k
-    of each kept entry from the touch ``history`` (Eq. 3), each entry at its rate alpha / sigma_k (Eqs. 4-5),
-    then the touched entries recorded. Returns the sigma_k. The PS's step, and what the benchmark times."""
+    of each kept entry from the touch ``history`` (Eq. 3), each entry at its rate alpha / sigma_k (Eqs. 4-5; at
+    most ``cap`` times the update's rate for its global ``staleness``, when ``cap`` > 0), then the touched
+    entries recorded. Returns the sigma_k. The PS's step, and what the benchmark times."""
     from edgeml.runtime import wire
 
     index, values = wire.sparse_layers_decode(data, spans)
     sigma = history.sigma(src, index)
-    W.index_add_(0, index, values * staleness_rate(alpha, sigma, aware), alpha=-1.0)
+    rate = staleness_rate(alpha, sigma, aware)
+    if cap > 0:
+        most = cap * staleness_rate(alpha, staleness, aware)
+        rate = rate.clamp(max=most) if aware else min(rate, most)
+    W.index_add_(0, index, values * rate, alpha=-1.0)
     history.record(index[values != 0])
     return sigma
 
@@ -131,7 +149,7 @@ def asgd_rule(ps: ParameterServer, msg: Message, staleness: int) -> None:
     """Theta -= alpha / sigma * dTheta, alpha when sigma = 0 (adacomp.txt Sec. V-B)."""
     from edgeml.runtime import wire
 
-    rate = staleness_rate(ps.eta, staleness, ps.node.algo.staleness_aware)
+    rate = staleness_rate(ps.alpha(), staleness, ps.node.algo.staleness_aware)
     ps.W.add_(wire.dense_decode(msg.data), alpha=-rate)
 
 
@@ -140,7 +158,7 @@ def comp_asgd_rule(ps: ParameterServer, msg: Message, staleness: int) -> None:
     from edgeml.runtime import wire
 
     index, values = wire.sparse_decode(msg.data)
-    rate = staleness_rate(ps.eta, staleness, ps.node.algo.staleness_aware)
+    rate = staleness_rate(ps.alpha(), staleness, ps.node.algo.staleness_aware)
     ps.W.index_add_(0, index, values, alpha=-rate)
 
 
@@ -152,6 +170,11 @@ class AsyncServer(ParameterServer):
         super().__init__(node, rule)
         self.staleness_hist = Histogram()
         self.reported = -1
+
+    def alpha(self) -> float:
+        """The rate of this update (version v): alpha, or its linear warm-up ``warmup``."""
+        warmup = self.node.algo.warmup
+        return self.eta * min(1.0, (self.version + 1) / warmup) if warmup else self.eta
 
     def apply(self, msg: Message, **fields: Any) -> int:
         s = super().apply(msg, **fields)
@@ -190,8 +213,9 @@ class AdaCompServer(AsyncServer):
     def step(self, msg: Message, staleness: int) -> None:
         # Alg. 2 line 4: the push names the version it was computed on, the one this worker last pulled
         assert msg["version"] == self.pulled[msg.src], "a push computed on a model its worker never pulled"
-        sigma = adacomp_update(self.W, self.history, self.spans, msg.src, msg.data, self.eta,
-                               self.node.algo.staleness_aware)
+        algo = self.node.algo
+        sigma = adacomp_update(self.W, self.history, self.spans, msg.src, msg.data, self.alpha(),
+                               algo.staleness_aware, cap=algo.rate_cap, staleness=staleness)
         self.sigma_hist.add(sigma)
 
     def reply(self, dst: int, tag: str = "model", **extra: Any) -> None:
