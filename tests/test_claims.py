@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from edgeml.analysis.claims import Claim, parse_claim
-from edgeml.analysis.convergence import Target, reach, stays_index, stopping_index
+from edgeml.analysis.convergence import Target, highest_reached, reach, stays_index, stopping_index
 from edgeml.analysis.stats import bootstrap_ci, mean_interval
 from edgeml.analysis.verdicts import evaluate, paper_text, trend_statistic
 from edgeml.errors import UserError
@@ -327,6 +327,13 @@ def test_missing_runs_and_metrics_are_not_measured():
     ({"text": "t", "metric": "time_to_target", "run": "r", "kind": "reduction", "seeds": [0, "1"]}, "seeds"),
     ({"text": "t", "metric": "time_to_target", "run": "r", "kind": "reduction", "rule": "soon"}, "rule = 'soon'"),
     ({"text": "t", "run": "r", "kind": "reduction"}, "lacks metric"),
+    ({"text": "t", "metric": "ingress_to_target", "run": "r", "kind": "ratio", "targets": [0.8, "highest"]},
+     "targets must be a non-empty list of distinct numbers or 'reached'"),
+    ({"text": "t", "metric": "ingress_to_target", "run": "r", "kind": "ratio", "targets": [0.8, 0.8]},
+     "distinct"),
+    ({"text": "t", "metric": "ingress_to_target", "run": "r", "kind": "ratio", "targets": [[0.8]]}, "targets"),
+    ({"text": "t", "metric": "ingress_to_target", "run": "r", "kind": "ratio", "targets": ["reached"],
+      "rule": "stopping"}, "the stopping rule takes none"),
 ])
 def test_claims_are_validated_strictly(raw, message):
     with pytest.raises(UserError, match=message):
@@ -334,6 +341,40 @@ def test_claims_are_validated_strictly(raw, message):
     good = parse_claim({"text": "t", "metric": "time_to_target", "run": "r", "kind": "reduction",
                         "paper_value": 0.8, "targets": [1.0, 0.9]}, "x.toml", "bsp")
     assert (good.baseline, good.targets, good.sign) == ("bsp", (1.0, 0.9), 1)
+    reached = parse_claim({"text": "t", "metric": "ingress_to_target", "run": "r", "kind": "ratio",
+                           "targets": [0.85, "reached"]}, "x.toml", "bsp")
+    assert reached.targets == (0.85, "reached")
+
+
+class _Evals:
+    """What ``reach_run`` reads of a run: its evaluations, summary and config."""
+
+    def __init__(self, accuracy: list[float], loss: list[float] | None = None):
+        n = len(accuracy)
+        self.evals = pd.DataFrame({"time_s": np.arange(n, dtype=float), "total_steps": np.arange(n) * 10,
+                                   "total_bytes": np.arange(n) * 100, "ps_ingress_bytes": np.arange(n) * 50,
+                                   "accuracy": accuracy, "loss": loss if loss is not None else [1.0] * n})
+        self.summary = {"duration_s": n - 1.0, "total_steps": (n - 1) * 10, "total_bytes": (n - 1) * 100,
+                        "ps_ingress_bytes": (n - 1) * 50}
+        self.config = {}
+
+
+@pytest.mark.parametrize("rule, accuracy, loss", [("stays", 0.81, 0.61), ("first", 0.87, 0.5)])
+def test_the_highest_level_every_run_reaches_is_read_on_a_grid_by_the_rule(rule, accuracy, loss):
+    # run a stays above 0.81 from its last evaluation (0.812) and first reaches 0.87, exactly on the grid
+    a = _Evals([0.1, 0.87, 0.80, 0.812], [2.0, 0.5, 0.7, 0.61])
+    b = _Evals([0.3, 0.9, 0.88], [1.5, 0.4, 0.45])
+    assert highest_reached([a, b], Target("accuracy", 0.0, rule)) == accuracy
+    assert highest_reached([b, a], Target("accuracy", 0.0, rule)) == accuracy  # whatever the order
+    assert highest_reached([a, b], Target("loss", 0.0, rule)) == loss
+    # every run reaches the level, and no run reaches the next one up by the rule
+    for metric, level, up in (("accuracy", accuracy, accuracy + 0.005), ("loss", loss, loss - 0.005)):
+        assert all(not reach(r.evals, Target(metric, level, rule), {"time": 9, "steps": 9, "bytes": 9}).censored
+                   for r in (a, b))
+        assert any(reach(r.evals, Target(metric, up, rule), {"time": 9, "steps": 9, "bytes": 9}).censored
+                   for r in (a, b))
+    assert highest_reached([], Target("accuracy", 0.0, rule)) is None
+    assert highest_reached([a, _Evals([math.nan, math.nan])], Target("accuracy", 0.0, rule)) is None
 
 
 def test_a_difference_of_accuracies_is_in_percentage_points():

@@ -531,7 +531,10 @@ def test_a_diagnosis_in_the_experiment_file_appears_in_the_report_and_the_scoreb
         'kind = "value"\nop = ">="\npaper_value = 1.5\n'
         '\n[[claims]]\ntext = "tighter is far slower"\nmetric = "final_accuracy"\nrun = "ssp-tight"\n'
         'baseline = "bsp[cluster.hetero=H=1]"\nkind = "ratio"\npaper_value = 100\n'
-        'diagnosis = { cause = "claim", text = "x", ablations = ["bsp[cluster.hetero=1:3] vs ssp-tight"] }\n')
+        'diagnosis = { cause = "claim", text = "x", ablations = ["bsp[cluster.hetero=1:3] vs ssp-tight"] }\n'
+        '\n[[claims]]\ntext = "tighter reaches any level sooner"\nmetric = "steps_to_target"\nrun = "ssp-tight"\n'
+        'baseline = "bsp[cluster.hetero=H=1]"\nkind = "ratio"\ndirection = "lower"\n'
+        'targets = [0.5, "reached"]\n')
     (tmp_path / "diagnosed.toml").write_text(text)
     out = reproduce(str(tmp_path / "diagnosed.toml"), quick=True, out=tmp_path / "results" / "toy", seeds=[0, 1])
     report = (out / "REPORT.md").read_text()
@@ -547,6 +550,13 @@ def test_a_diagnosis_in_the_experiment_file_appears_in_the_report_and_the_scoreb
     # an ablation of both sides of a comparison: the pair decided in the claim's place
     assert re.search(r"  - ablation `bsp\[cluster.hetero=1:3\] vs ssp-tight`: BSP \(hetero=1:3\): final accuracy "
                      r"\S+ of SSP's \(\w+ with it in the claim's place\)\.", report), report
+    # a claim at the highest level every run of both its sides reaches: found from the runs, named as such
+    from edgeml.analysis.convergence import Target, highest_reached
+    runs = [r for r in load_runs([str(out / "runs")]) if r.label in ("ssp-tight", "bsp[cluster.hetero=H=1]")]
+    level = highest_reached(runs, Target("accuracy", 0.0, "stays"))
+    assert len(runs) == 4 and level is not None and level > 0.5
+    assert f"| tighter reaches any level sooner | accuracy>={level:g} (the highest every run reaches) |" in report
+    assert "| tighter reaches any level sooner | accuracy>=0.5 |" in report
     assert "**What ran** (read from the runs behind this report): 6 runs on the sim backend: digits with mlp, " \
            "2 workers." in report
     rows = {r["claim"]: r for r in csv.DictReader((out / "verdicts.csv").open())}

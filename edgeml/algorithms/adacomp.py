@@ -106,9 +106,8 @@ class AdaCompConfig(ASGDConfig):
     each weight matrix and bias vector of n entries (adacomp.txt Alg. 1 line 15)."""
     rate_cap: float = ranged(0.0, ge=0)
     """A stabiliser the paper does not name (0, off, is Eq. 5): each entry's rate alpha_k is at most ``rate_cap``
-    times the rate of the whole update, alpha / sigma with sigma the update's staleness (ASGD's rate, Sec. V-B).
-    As sigma_k <= sigma, 1 gives every entry the update's rate (at c = 1, ASGD); larger values bound how far the
-    per-parameter staleness may raise an entry's rate above ASGD's."""
+    times the update's rate alpha / sigma (ASGD's, sigma the update's staleness). 1 gives every entry the
+    update's rate (sigma_k <= sigma; at c = 1, ASGD)."""
 
 
 # ------------------------------------------------------------------------------------------ the server

@@ -53,6 +53,9 @@ PAIR_KINDS = ("reduction", "ratio", "difference")
 NEUTRAL = {"reduction": 0.0, "ratio": 1.0, "difference": 0.0}
 TRENDS = ("increasing", "decreasing", "minimum")
 OPS = (">=", "<=", "between")
+REACHED = "reached"
+"""A claim's target that is no number: the highest accuracy (lowest loss) every run of the claim reaches
+(``convergence.highest_reached``)."""
 CLAIM_KEYS = {"text", "metric", "run", "baseline", "kind", "paper_value", "op", "direction", "effect", "seeds",
               "targets", "rule", "figure", "margin", "headline", "window", "diagnosis"}
 MIN_SEEDS = 2
@@ -103,7 +106,8 @@ class Claim:
     direction: str | None = None
     effect: str = "value"
     seeds: tuple[int, ...] | None = None
-    targets: tuple[float, ...] | None = None
+    targets: tuple[float | str, ...] | None = None
+    """Target values, or ``REACHED``: the highest level every run of both sides reaches, found from the runs."""
     rule: str | None = None
     figure: str | None = None
     margin: float | None = None
@@ -202,8 +206,11 @@ def parse_claim(raw: dict, where: str, default_baseline: str) -> Claim:
     if rule is not None and rule not in RULES:
         raise bad(f"rule = {rule!r}: choose one of {', '.join(RULES)}")
     if targets is not None and (rule == "stopping" or not isinstance(targets, list) or not targets
-                                or not all(map(_number, targets))):
-        raise bad("targets must be a non-empty list of numbers (and the stopping rule takes none)")
+                                or not all(_number(t) or t == REACHED for t in targets)
+                                or len(set(targets)) < len(targets)):
+        raise bad(f"targets must be a non-empty list of distinct numbers or {REACHED!r} (the highest accuracy, or "
+                  "lowest loss, every run of the claim reaches), e.g. targets = [0.85, \"reached\"]; the stopping "
+                  "rule takes none")
     window = raw.get("window")
     if window is not None and (rule != "smoothed" or not isinstance(window, int) or isinstance(window, bool)
                                or window < 2):
@@ -216,7 +223,8 @@ def parse_claim(raw: dict, where: str, default_baseline: str) -> Claim:
             raise bad(f"{key} must be a non-empty string")
     return Claim(raw["text"], raw["metric"], raw["run"], kind, baseline,
                  float(paper) if _number(paper) else paper, op, direction, effect,
-                 tuple(seeds) if seeds else None, tuple(float(t) for t in targets) if targets else None, rule,
+                 tuple(seeds) if seeds else None,
+                 tuple(t if t == REACHED else float(t) for t in targets) if targets else None, rule,
                  raw.get("figure"), float(margin) if margin is not None else None, headline, window,
                  parse_diagnosis(raw.get("diagnosis"), bad))
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
@@ -171,3 +172,42 @@ def reach_run(run: Run, target: Target) -> Reach:
                                      "iterations": (s.get("counts") or {}).get("iterations", math.nan),
                                      "cost": s.get("total_byte_hops", math.nan)},
                  (float(stop.get("loss_variance") or 0.0), int(stop.get("window") or 0)))
+
+
+REACHED_STEP = 0.005
+"""The grid of ``highest_reached``: levels of accuracy (or loss) that are whole multiples of it."""
+
+
+def highest_reached(runs: Iterable[Run], target: Target, step: float = REACHED_STEP) -> float | None:
+    """The highest accuracy (for a loss target, the lowest loss) on a grid of ``step`` that every run reaches by
+    ``target``'s rule (its metric, rule and window; its value unused): the target every run of a comparison
+    reaches. None without runs, under the stopping rule, or when some run has no evaluation of the metric."""
+    runs = list(runs)
+    if not runs or target.rule == "stopping":
+        return None
+    higher = target.metric == "accuracy"
+    levels = []
+    for r in runs:
+        values = r.evals[target.metric].to_numpy(dtype=float) if target.metric in r.evals else np.array([])
+        values = values[np.isfinite(values)]
+        if values.size == 0:
+            return None
+
+        def reached(k: int, r: Run = r) -> bool:
+            return not reach_run(r, replace(target, value=round(k * step, 9))).censored
+
+        # reached(k) is monotone in k: bisect for the best level this run reaches
+        if higher:  # the largest k reached; level 0 always is (every accuracy is >= 0)
+            lo, hi = 0, int(math.floor(values.max() / step)) + 1  # + 1: a best value on the grid, whatever its rounding
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                lo, hi = (mid, hi) if reached(mid) else (lo, mid - 1)
+        else:  # the smallest k reached; a level above every loss always is
+            lo, hi = 0, int(math.ceil(values.max() / step)) + 1
+            while lo < hi:
+                mid = (lo + hi) // 2
+                lo, hi = (lo, mid) if reached(mid) else (mid + 1, hi)
+        if not reached(lo):
+            return None
+        levels.append(lo)
+    return round((min(levels) if higher else max(levels)) * step, 9)

@@ -83,7 +83,9 @@ Experiment file ``experiments/<paper>.toml``::
     kind = "reduction"
     paper_value = 0.80
     seeds = [0, 1, 2]            # optional: the seeds it is decided on (default: all the runs share)
-    targets = [0.9, 1.0]         # optional: check it at these targets (default: the headline target)
+    targets = [0.9, 1.0]         # optional: check it at these targets (default: the headline target);
+                                 # "reached" among them: the highest accuracy (lowest loss), in steps of
+                                 # 0.005, that every run of the claim's run and baseline reaches
     headline = true              # optional: the paper's abstract or conclusions state it (needs 5 seeds)
     rule = "first"               # optional: the arrival rule it is decided on (window = N with "smoothed")
     diagnosis = { cause = "budget", text = "...", ablations = ["adsp-long"] }   # optional: why it does not

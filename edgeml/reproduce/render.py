@@ -21,10 +21,10 @@ from rich.table import Table
 import edgeml
 from edgeml.analysis.claims import Claim
 from edgeml.analysis.compare import Comparison, baseline_labels, choose_targets, claim_samples, compare
-from edgeml.analysis.convergence import RULE_NAMES, SMOOTH_WINDOW, Target
+from edgeml.analysis.convergence import RULE_NAMES, SMOOTH_WINDOW, Target, highest_reached
 from edgeml.analysis.figures import FigureFile, draw, plan_figures
 from edgeml.analysis.tables import md_table
-from edgeml.analysis.claims import CAUSES, HEADLINE_SEEDS
+from edgeml.analysis.claims import CAUSES, HEADLINE_SEEDS, REACHED
 from edgeml.analysis.verdicts import (HEADLINE_MARK, HOLDS_SHARE, NEEDS_DIAGNOSIS, Result, evaluate,
                                      verdict_kind)
 from edgeml.errors import UserError
@@ -149,7 +149,10 @@ def draw_figures(exp: Experiment, out: Path, done: list[PlannedRun], runs: list[
 # ------------------------------------------------------------------------------------------ claims
 
 
-def claim_targets(exp: Experiment, claim: Claim, cmp: Comparison) -> list[Target]:
+def claim_targets(exp: Experiment, claim: Claim, cmp: Comparison, runs: list[Run]) -> list[Target]:
+    """The targets ``claim`` is decided at: its own, else the headline target; ``REACHED`` becomes the highest
+    level every run of the claim's sides reaches (``highest_reached``; none while no run has finished, and
+    left out where it equals another of the claim's targets)."""
     if not claim.on_target:
         return []
     headline = (exp.targets or cmp.targets)[0]
@@ -160,7 +163,28 @@ def claim_targets(exp: Experiment, claim: Claim, cmp: Comparison) -> list[Target
     if not values:
         raise UserError(f"{exp.source.name}: claim {claim.text!r} needs targets: the experiment's rule is the "
                         "stopping rule, which has none")
-    return [Target(headline.metric, v, rule, window=claim.window or SMOOTH_WINDOW) for v in values]
+    targets = []
+    for v in values:
+        t = Target(headline.metric, 0.0 if v == REACHED else v, rule, window=claim.window or SMOOTH_WINDOW)
+        if v == REACHED:
+            level = highest_reached(claim_runs(claim, runs), t)
+            if level is None or level in values:
+                continue
+            t = replace(t, value=level, note=REACHED_NOTE)
+        targets.append(t)
+    return targets
+
+
+REACHED_NOTE = "the highest every run reaches"
+"""How a claim's result names a ``REACHED`` target beside its value."""
+
+
+def claim_runs(claim: Claim, runs: list[Run]) -> list[Run]:
+    """The runs a claim reads: its run's and its baseline's (a swept run's every point), on its seeds."""
+    sides = {claim.run, claim.baseline} - {None}
+    return [r for r in runs if (r.label in sides or r.spec in sides or any(
+            r.label.startswith(s + "[") for s in sides if "[" not in s)) and
+            (claim.seeds is None or r.seed in claim.seeds)]
 
 
 OTHER_RULE = {"stays": "first", "first": "stays", "smoothed": "stays"}
@@ -173,7 +197,7 @@ def check_claims(exp: Experiment, runs: list[Run], cmp: Comparison, planned: lis
     (``OTHER_RULE``: first reach beside stays), reported where the two disagree by more than one evaluation
     interval on some run (``_other_rule``); a claim's diagnosis's ablations are decided as the claim with each
     in place of its run (and baseline: ``Diagnosis.pairs``)."""
-    targets = {c: claim_targets(exp, c, cmp) for c in exp.claims}
+    targets = {c: claim_targets(exp, c, cmp, runs) for c in exp.claims}
     others = {t: replace(t, rule=OTHER_RULE[t.rule]) for ts in targets.values() for t in ts if t.rule in OTHER_RULE}
     samples = claim_samples(runs, cmp.per_run, [c.metric for c in exp.claims],
                             list(dict.fromkeys([t for ts in targets.values() for t in ts] + list(others.values()))))
@@ -191,7 +215,9 @@ def check_claims(exp: Experiment, runs: list[Run], cmp: Comparison, planned: lis
                 other = _other_rule(c, r, samples, t, others.get(t), by_other) if t else ""
                 abl = tuple((run, x.words or x.measured, x.verdict) for run, x in by_ablation
                             if not r.at or x.at in ("", r.at))
-                results.append(replace(r, figure=claim_figure(c, planned), other_rule=other, ablations=abl))
+                named = f"{r.target} ({t.note})" if t is not None and t.note else r.target
+                results.append(replace(r, target=named, figure=claim_figure(c, planned), other_rule=other,
+                                       ablations=abl))
     return results
 
 
