@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -285,6 +286,12 @@ def test_finished_runs_are_never_deleted_without_force(tmp_path, toy):
     assert kept.stat().st_mtime_ns != before
     assert "1 run directories" in result.output and "no run of this experiment" in result.output
     assert stray.is_dir() and len(pd.read_csv(out / "compare.csv")) == 3  # left alone, and out of the tables
+    # the same experiment's runs at another seed are named as such, not as strangers
+    shutil.copytree(runs / "ssp-tight-s0", runs / "ssp-tight-s7")
+    result = CliRunner().invoke(cli.app, [*args, "--resume"])
+    assert result.exit_code == 0, result.output
+    assert "1 run directories" in result.output and "at seeds this call does not run" in result.output
+    assert "ssp-tight-s7" in result.output and result.output.count("no run of this experiment") == 1
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
 import shutil
 import time
 import traceback
@@ -135,9 +136,17 @@ def prepare_out(exp: Experiment, out: Path, work: list[Work], force: bool, conso
     planned = {w.run.dirname for w in work}
     stale = sorted({p.name for p in (out / "runs").glob("*") if p.is_dir()} - planned) \
         if (out / "runs").is_dir() else []
-    if stale:
-        console.print(f"{len(stale)} run directories in {out / 'runs'} are no run of this experiment (e.g. "
-                      f"{stale[0]}): left alone, and left out of the tables", style="yellow", highlight=False,
+    base = functools.partial(re.sub, r"-s-?\d+$", "")  # a planned run at a seed this call leaves out (--seeds)
+    bases = {base(d) for d in planned}
+    other_seeds = [d for d in stale if base(d) != d and base(d) in bases]
+    foreign = [d for d in stale if d not in other_seeds]
+    if other_seeds:
+        console.print(f"{len(other_seeds)} run directories in {out / 'runs'} hold this experiment's runs at seeds "
+                      f"this call does not run (--seeds; e.g. {other_seeds[0]}): left alone, and left out of the tables",
+                      style="dim", highlight=False, markup=False)
+    if foreign:
+        console.print(f"{len(foreign)} run directories in {out / 'runs'} are no run of this experiment (e.g. "
+                      f"{foreign[0]}): left alone, and left out of the tables", style="yellow", highlight=False,
                       markup=False)
 
 
