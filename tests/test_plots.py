@@ -31,7 +31,12 @@ def evals_frame(settings=("",)) -> pd.DataFrame:
 
 
 def data_lines(ax):
-    return [line for line in ax.lines if len(line.get_xdata()) > 1]
+    """The mean curves (not the thin single-seed tails past a run's shortest seed)."""
+    return [line for line in ax.lines if len(line.get_xdata()) > 1 and line.get_gid() != "seed-tail"]
+
+
+def tail_lines(ax):
+    return [line for line in ax.lines if line.get_gid() == "seed-tail"]
 
 
 @pytest.mark.parametrize("x, label", [("time_s", "training time (s)"), ("total_steps", "total steps over all workers"),
@@ -63,6 +68,31 @@ def test_curves_are_drawn_where_they_were_measured_also_near_zero_on_a_log_axis(
     assert list(short.get_xdata()) == [float(t) for t in range(0, 601, 10)]  # few points: all of them
 
 
+def test_seeds_that_run_on_past_the_shortest_are_drawn_one_by_one():
+    # three seeds that stop at a plateau at 40, 60 and 100 steps: the mean and its band end at 40; the two that go
+    # on are drawn each as a thin line from the mean's end to their own, and the title says what those are
+    ends = {0: 40, 1: 60, 2: 100}
+    rows = [{"run": "asgd[]", "method": "asgd", "setting": "", "seed": seed, "time_s": float(t),
+             "total_steps": float(t), "accuracy": 0.5 + t / 400 + seed / 100, "loss": 1.0 - t / 200}
+            for seed, end in ends.items() for t in range(0, end + 1, 10)]
+    fig = plots.convergence(pd.DataFrame(rows), "total_steps", "digits, mlp")
+    acc = fig.axes[0]
+    (mean,) = data_lines(acc)
+    assert max(mean.get_xdata()) == 40.0
+    tails = sorted(tail_lines(acc), key=lambda ln: max(ln.get_xdata()))
+    assert [list(t.get_xdata()) for t in tails] == [[40.0, 50.0, 60.0], [40.0] + [float(t) for t in range(50, 101, 10)]]
+    assert tails[1].get_ydata()[0] == pytest.approx(0.5 + 40 / 400 + 0.02)  # each from its own value at the end
+    assert tails[1].get_ydata()[-1] == pytest.approx(0.5 + 100 / 400 + 0.02)
+    assert all(t.get_lw() < mean.get_lw() and t.get_color() == mean.get_color() for t in tails)
+    assert len(tail_lines(fig.axes[1])) == 2
+    title = fig._suptitle.get_text().replace("\n", " ")
+    assert "digits, mlp" in title and "thin lines: single seeds after the first of their run's seeds stopped" in title
+    # seeds that end together: no tails, and no note
+    same = pd.DataFrame([r for r in rows if r["total_steps"] <= 40])
+    fig = plots.convergence(same, "total_steps", "digits, mlp")
+    assert not tail_lines(fig.axes[0]) and "thin lines" not in fig._suptitle.get_text()
+
+
 def test_a_diverging_run_puts_the_loss_on_a_log_scale():
     df = evals_frame()
     assert plots.convergence(df, "time_s").axes[1].get_yscale() == "linear"
@@ -70,6 +100,8 @@ def test_a_diverging_run_puts_the_loss_on_a_log_scale():
     df.loc[(df.method == "adsp") & (df.seed == 1) & (df.time_s > 3.0), "loss"] = np.nan
     loss = plots.convergence(df, "time_s").axes[1]
     assert loss.get_yscale() == "log" and loss.get_ylabel() == "test loss (log scale)"
+    median = df["loss"].median()
+    assert 30 * median < loss.get_ylim()[1] <= 1000 * median  # the blow-up leaves the panel, the rest fills it
 
 
 @pytest.mark.parametrize("x", ["time_s", "total_steps", "total_mb"])

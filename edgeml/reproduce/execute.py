@@ -141,8 +141,9 @@ def prepare_out(exp: Experiment, out: Path, work: list[Work], force: bool, conso
     other_seeds = [d for d in stale if base(d) != d and base(d) in bases]
     foreign = [d for d in stale if d not in other_seeds]
     if other_seeds:
-        console.print(f"{len(other_seeds)} run directories in {out / 'runs'} hold this experiment's runs at seeds "
-                      f"this call does not run (--seeds; e.g. {other_seeds[0]}): left alone, and left out of the tables",
+        console.print(f"{len(other_seeds)} run directories in {out / 'runs'} hold this experiment's runs at "
+                      f"seeds this call does not run (--seeds; e.g. {other_seeds[0]}): left alone, and left out of "
+                      "the tables",
                       style="dim", highlight=False, markup=False)
     if foreign:
         console.print(f"{len(foreign)} run directories in {out / 'runs'} are no run of this experiment (e.g. "

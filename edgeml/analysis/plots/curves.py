@@ -1,5 +1,6 @@
 """Curves: test accuracy and loss against time, steps or bytes, and communication cost against iterations; a
-line per run with a 95% bootstrap band over its seeds."""
+line per run with a 95% bootstrap band over its seeds, and past the end of its shortest seed a thin line per seed
+that went on (runs that stop at a plateau, or diverge, end at different points)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ def _curve_on_grid(g: pd.DataFrame, x: str, y: str) -> tuple[np.ndarray, np.ndar
 
     Seeds evaluate at different step and byte counts (and procs at jittered times); the grid is their evaluation
     points (so a curve is drawn where it was measured, also near 0 on a log axis), thinned geometrically to at most
-    ``GRID_POINTS``, and ends where the shortest seed ends, so the band never mixes in seeds that have stopped."""
+    ``GRID_POINTS``, and ends where the shortest seed ends, so the band never mixes in seeds that have stopped
+    (``_tails`` draws what the others measured after that)."""
     g = g.dropna(subset=[y])
     if g["seed"].nunique() < 2:
         g = g.sort_values(x)
@@ -33,27 +35,61 @@ def _curve_on_grid(g: pd.DataFrame, x: str, y: str) -> tuple[np.ndarray, np.ndar
     return grid, curves.mean(axis=0), np.vstack([lo, hi])
 
 
+def _tails(g: pd.DataFrame, x: str, y: str, end: float) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each seed's curve past ``end``, where the mean over the seeds stops, from its (interpolated) value there:
+    what the seeds that went on measured, drawn one by one since a mean over fewer seeds would jump as each one
+    stops."""
+    tails = []
+    for _, s in g.dropna(subset=[y]).sort_values(x, kind="stable").groupby("seed"):
+        xs, ys = s[x].to_numpy(float), s[y].to_numpy(float)
+        after = xs > end
+        if after.any():
+            tails.append((np.r_[end, xs[after]], np.r_[np.interp(end, xs, ys), ys[after]]))
+    return tails
+
+
+def _draw(ax, g: pd.DataFrame, x: str, y: str, colour, dash, marker, m: int, methods: int) -> tuple[tuple, bool]:
+    """A run's mean curve with its band and, past its shortest seed, its seeds' tails; returns the mean curve and
+    whether tails were drawn."""
+    xs, ys, band = _curve_on_grid(g, x, y)
+    if xs.size == 0:
+        return (xs, ys), False
+    every = max(1, xs.size // 8, methods)
+    # markers offset per method: two methods with one curve show both markers (even on a few points)
+    ax.plot(xs, ys, color=colour, ls=dash, lw=1.5, marker=marker, ms=5,
+            markevery=(min(xs.size - 1, m * every // max(1, methods)), every), alpha=0.9)
+    if band is None:
+        return (xs, ys), False
+    ax.fill_between(xs, band[0], band[1], color=colour, alpha=0.15, lw=0)
+    tails = _tails(g, x, y, xs[-1])
+    for tx, ty in tails:
+        ax.plot(tx, ty, color=colour, ls=dash, lw=0.7, alpha=0.55, gid="seed-tail")
+    return (xs, ys), bool(tails)
+
+
+TAILS_NOTE = "thin lines: single seeds after the first of their run's seeds stopped"
+
+
+def _noted(context: str, tails: bool) -> str:
+    """A figure's context line, with what its thin lines are where it has some."""
+    return "; ".join(filter(None, (context, TAILS_NOTE if tails else "")))
+
+
 def convergence(evals: pd.DataFrame, x: str = "time_s", context: str = "") -> Figure:
     """Test accuracy and loss against ``x`` (time_s, total_steps, total_mb or ingress_mb): a line per run, colour and
     marker by method, line style by setting, a 95% band over seeds."""
     st = Styles.of(evals)
     fig, axes = new_figure(1, 2, 11, 4.6)
     drawn: list[tuple[str, str, list]] = []  # (method, setting, its curves): to name the ones that coincide
+    tails = False
     for _, g in evals.groupby("run", sort=False):
         method, setting = g["method"].iloc[0], g["setting"].iloc[0]
-        m = st.methods.index(method)
         mine = []
         for ax, y in zip(axes, ("accuracy", "loss")):
-            xs, ys, band = _curve_on_grid(g, x, y)
-            mine.append((xs, ys))
-            if xs.size == 0:
-                continue
-            every = max(1, xs.size // 8, len(st.methods))
-            # markers offset per method: two methods with one curve show both markers (even on a few points)
-            ax.plot(xs, ys, color=st.colour[method], ls=st.dash[setting], lw=1.5, marker=st.marker[method],
-                    ms=5, markevery=(min(xs.size - 1, m * every // max(1, len(st.methods))), every), alpha=0.9)
-            if band is not None:
-                ax.fill_between(xs, band[0], band[1], color=st.colour[method], alpha=0.15, lw=0)
+            curve, tailed = _draw(ax, g, x, y, st.colour[method], st.dash[setting], st.marker[method],
+                                  st.methods.index(method), len(st.methods))
+            mine.append(curve)
+            tails |= tailed
         drawn.append((method, setting, mine))
     st.notes.update(coinciding(drawn))
     ends = pd.to_numeric(evals.groupby("run")[x].max(), errors="coerce")
@@ -73,8 +109,11 @@ def convergence(evals: pd.DataFrame, x: str = "time_s", context: str = "") -> Fi
     if len(losses) and losses.max() > 30 * losses.median():  # a diverging run would flatten every other curve
         axes[1].set_yscale("log")
         axes[1].set_ylabel("test loss (log scale)")
+        # three decades above the typical loss: a blow-up leaves the panel (to 1e20, say) rather than take it over
+        axes[1].set_ylim(top=min(axes[1].get_ylim()[1], 1000 * losses.median()))
     st.legend(fig)
-    panel_title(fig, f"Test accuracy and loss of the global model against {X_NAMES[x]}", context)
+    panel_title(fig, f"Test accuracy and loss of the global model against {X_NAMES[x]}",
+                _noted(context, tails))
     return fig
 
 
@@ -114,20 +153,15 @@ def cost_per_iteration(evals: pd.DataFrame, context: str = "") -> Figure:
         parts.append(s.assign(per_iteration_mb=per / 1e6, cost_mb=s["total_byte_hops"] / 1e6))
     data = pd.concat(parts, ignore_index=True) if parts else evals
     drawn: list[tuple[str, str, list]] = []
+    tails = False
     for _, g in data.groupby("run", sort=False):
         method, setting = g["method"].iloc[0], g["setting"].iloc[0]
-        m = st.methods.index(method)
         mine = []
         for ax, y in zip(axes, ("per_iteration_mb", "cost_mb")):
-            xs, ys, band = _curve_on_grid(g, "iterations", y)
-            mine.append((xs, ys))
-            if xs.size == 0:
-                continue
-            every = max(1, xs.size // 8)
-            ax.plot(xs, ys, color=st.colour[method], ls=st.dash[setting], lw=1.5, marker=st.marker[method], ms=4,
-                    markevery=(min(xs.size - 1, m * every // max(1, len(st.methods))), every), alpha=0.9)
-            if band is not None:
-                ax.fill_between(xs, band[0], band[1], color=st.colour[method], alpha=0.15, lw=0)
+            curve, tailed = _draw(ax, g, "iterations", y, st.colour[method], st.dash[setting], st.marker[method],
+                                  st.methods.index(method), len(st.methods))
+            mine.append(curve)
+            tails |= tailed
         drawn.append((method, setting, mine))
     st.notes.update(coinciding(drawn))
     for ax, label in zip(axes, ("cost per iteration (MB x hops)", "total cost (MB x hops)")):
@@ -137,7 +171,7 @@ def cost_per_iteration(evals: pd.DataFrame, context: str = "") -> Figure:
     axes[0].set_title("communication per iteration")
     axes[1].set_title("total communication")
     st.legend(fig)
-    panel_title(fig, "Communication cost against iterations", context)
+    panel_title(fig, "Communication cost against iterations", _noted(context, tails))
     return fig
 
 
