@@ -377,6 +377,32 @@ def test_the_highest_level_every_run_reaches_is_read_on_a_grid_by_the_rule(rule,
     assert highest_reached([a, _Evals([math.nan, math.nan])], Target("accuracy", 0.0, rule)) is None
 
 
+def test_no_level_above_where_the_runs_start_is_no_level():
+    # a run that diverges ends at chance: by "stays" it reaches no accuracy above its start (nor a loss below it),
+    # so the level every run reaches is one a run had before training, where no ratio of bytes is measured: NaN
+    a = _Evals([0.1, 0.87, 0.80, 0.812], [2.0, 0.5, 0.7, 0.61])
+    diverged = _Evals([0.3, 0.85, 0.1], [1.5, 0.45, 1e9])
+    assert math.isnan(highest_reached([a, diverged], Target("accuracy", 0.0, "stays")))
+    assert math.isnan(highest_reached([a, diverged], Target("loss", 0.0, "stays")))
+    # by first reach it did get somewhere
+    assert highest_reached([a, diverged], Target("accuracy", 0.0, "first")) == 0.85
+    # in a report: the claim's result at that target says it was not measured, and why
+    from types import SimpleNamespace
+
+    from edgeml.reproduce.render import NO_LEVEL_NOTE, claim_targets, _no_level
+    c = parse_claim({"text": "t", "metric": "ingress_to_target", "run": "r", "kind": "ratio",
+                     "targets": [0.8, "reached"]}, "x.toml", "b")
+    for run, label in ((a, "r"), (diverged, "b")):
+        run.label, run.spec, run.seed = label, label, 0
+    exp = SimpleNamespace(targets=[Target("accuracy", 0.8)], source=SimpleNamespace(name="x.toml"))
+    fixed, none = claim_targets(exp, c, SimpleNamespace(targets=[]), [a, diverged])
+    assert fixed.value == 0.8 and math.isnan(none.value) and none.note == NO_LEVEL_NOTE
+    r = _no_level(c, none, {}, "fig3")
+    assert (r.n, r.figure, r.target) == (0, "fig3", f"accuracy ({NO_LEVEL_NOTE})")
+    assert r.verdict == ("not measured: no accuracy above where the runs start is reached by every run (stays; a "
+                         "run that diverged ends below its start)")
+
+
 def test_a_difference_of_accuracies_is_in_percentage_points():
     rows = [{"run": r, "spec": r, "point": "", "seed": s, "metric": "final_accuracy", "target": "", "lo": v, "hi": v,
              "resolution": 0.0, "unit": ""} for r, vals in (("new", (0.80, 0.81)), ("base", (0.83, 0.83)))

@@ -181,7 +181,10 @@ REACHED_STEP = 0.005
 def highest_reached(runs: Iterable[Run], target: Target, step: float = REACHED_STEP) -> float | None:
     """The highest accuracy (for a loss target, the lowest loss) on a grid of ``step`` that every run reaches by
     ``target``'s rule (its metric, rule and window; its value unused): the target every run of a comparison
-    reaches. None without runs, under the stopping rule, or when some run has no evaluation of the metric."""
+    reaches. None without runs, under the stopping rule, or when some run has no evaluation of the metric; NaN
+    when that level is no better than some run's first evaluation, where a run reaches it before training (by
+    "stays", a run that diverged reaches no level above its start): no ratio of times or bytes is measured
+    there."""
     runs = list(runs)
     if not runs or target.rule == "stopping":
         return None
@@ -210,4 +213,6 @@ def highest_reached(runs: Iterable[Run], target: Target, step: float = REACHED_S
         if not reached(lo):
             return None
         levels.append(lo)
-    return round((min(levels) if higher else max(levels)) * step, 9)
+    level = round((min(levels) if higher else max(levels)) * step, 9)
+    starts = [float(r.evals[target.metric].dropna().iloc[0]) for r in runs]
+    return level if (level > max(starts) if higher else level < min(starts)) else math.nan

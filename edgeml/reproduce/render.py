@@ -25,7 +25,7 @@ from edgeml.analysis.convergence import RULE_NAMES, SMOOTH_WINDOW, Target, highe
 from edgeml.analysis.figures import FigureFile, draw, plan_figures
 from edgeml.analysis.tables import md_table
 from edgeml.analysis.claims import CAUSES, HEADLINE_SEEDS, REACHED
-from edgeml.analysis.verdicts import (HEADLINE_MARK, HOLDS_SHARE, NEEDS_DIAGNOSIS, Result, evaluate,
+from edgeml.analysis.verdicts import (HEADLINE_MARK, HOLDS_SHARE, NEEDS_DIAGNOSIS, Result, evaluate, paper_text,
                                      verdict_kind)
 from edgeml.errors import UserError
 import edgeml.reproduce.tuning as tuning
@@ -152,7 +152,8 @@ def draw_figures(exp: Experiment, out: Path, done: list[PlannedRun], runs: list[
 def claim_targets(exp: Experiment, claim: Claim, cmp: Comparison, runs: list[Run]) -> list[Target]:
     """The targets ``claim`` is decided at: its own, else the headline target; ``REACHED`` becomes the highest
     level every run of the claim's sides reaches (``highest_reached``; none while no run has finished, and
-    left out where it equals another of the claim's targets)."""
+    left out where it equals another of the claim's targets; NaN, reported as not measured, where no level
+    above the runs' start is reached by all)."""
     if not claim.on_target:
         return []
     headline = (exp.targets or cmp.targets)[0]
@@ -170,13 +171,24 @@ def claim_targets(exp: Experiment, claim: Claim, cmp: Comparison, runs: list[Run
             level = highest_reached(claim_runs(claim, runs), t)
             if level is None or level in values:
                 continue
-            t = replace(t, value=level, note=REACHED_NOTE)
+            t = replace(t, value=level, note=REACHED_NOTE if not math.isnan(level) else NO_LEVEL_NOTE)
         targets.append(t)
     return targets
 
 
 REACHED_NOTE = "the highest every run reaches"
 """How a claim's result names a ``REACHED`` target beside its value."""
+NO_LEVEL_NOTE = "the highest every run reaches: none above where the runs start"
+"""A ``REACHED`` target with no level above some run's first evaluation (``highest_reached`` NaN)."""
+
+
+def _no_level(claim: Claim, target: Target, names: dict[str, str], figure: str) -> Result:
+    """A claim's result at a ``REACHED`` target that has no level: not measured, and why."""
+    better = "above" if target.metric == "accuracy" else "below"
+    return Result(claim.text, f"{target.metric} ({NO_LEVEL_NOTE})", paper_text(claim, names), "n/a", 0, "-",
+                  f"not measured: no {target.metric} {better} where the runs start is reached by every run "
+                  f"({RULE_NAMES[target.rule]}; a run that diverged ends below its start)", figure=figure,
+                  headline=claim.headline)
 
 
 def claim_runs(claim: Claim, runs: list[Run]) -> list[Run]:
@@ -198,15 +210,19 @@ def check_claims(exp: Experiment, runs: list[Run], cmp: Comparison, planned: lis
     interval on some run (``_other_rule``); a claim's diagnosis's ablations are decided as the claim with each
     in place of its run (and baseline: ``Diagnosis.pairs``)."""
     targets = {c: claim_targets(exp, c, cmp, runs) for c in exp.claims}
-    others = {t: replace(t, rule=OTHER_RULE[t.rule]) for ts in targets.values() for t in ts if t.rule in OTHER_RULE}
+    measurable = [t for ts in targets.values() for t in ts if not math.isnan(t.value)]
+    others = {t: replace(t, rule=OTHER_RULE[t.rule]) for t in measurable if t.rule in OTHER_RULE}
     samples = claim_samples(runs, cmp.per_run, [c.metric for c in exp.claims],
-                            list(dict.fromkeys([t for ts in targets.values() for t in ts] + list(others.values()))))
+                            list(dict.fromkeys(measurable + list(others.values()))))
     names = exp.run_names()
     results = []
     for c in exp.claims:
         ablations = [(a, replace(c, run=run, baseline=base or c.baseline, diagnosis=None, headline=False))
                      for a, (run, base) in zip(c.diagnosis.ablations, c.diagnosis.pairs)] if c.diagnosis else []
         for t in targets[c] or [None]:
+            if t is not None and math.isnan(t.value):
+                results.append(_no_level(c, t, names, claim_figure(c, planned)))
+                continue
             key = t.key if t else ""
             # read once per claim and target: a swept claim's points each pick theirs
             by_other = evaluate(c, samples, others[t].key, names=names) if t in others else []
