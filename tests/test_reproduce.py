@@ -362,7 +362,12 @@ def test_only_runs_the_matching_runs_and_keeps_the_rest(tmp_path, toy):
     assert result.output.count("not selected by --only and not run yet") == 2
     assert sorted(p.name for p in (out / "runs").iterdir()) == ["ssp-tight-s0"]
     assert list(pd.read_csv(out / "compare.csv")["run"]) == ["ssp-tight"]
-    assert "not measured: no run 'bsp[cluster.hetero=H=1]'" in (out / "REPORT.md").read_text()
+    report = (out / "REPORT.md").read_text()
+    assert "not measured: no run 'bsp[cluster.hetero=H=1]'" in report
+    # a report of an experiment under way says what it has not run yet, by run and seed, at the top and at the end
+    assert ("**Not run yet**: 2 of the 3 planned runs, `bsp[cluster.hetero=H=1]` seed 0; `bsp[cluster.hetero=1:3]` "
+            "seed 0. The claims on them read not measured") in report
+    assert ": 3 runs (2 not run yet), seeds 0," in report
     # then the BSP runs, named as their swept entry: the SSP run is kept, and the table covers all three
     before = (out / "runs" / "ssp-tight-s0" / rundir.ARCHIVE).stat().st_mtime_ns
     result = CliRunner().invoke(cli.app, [*args, "--only", "bsp"])
@@ -370,6 +375,8 @@ def test_only_runs_the_matching_runs_and_keeps_the_rest(tmp_path, toy):
     assert "ssp-tight seed 0 (kept)" in result.output
     assert (out / "runs" / "ssp-tight-s0" / rundir.ARCHIVE).stat().st_mtime_ns == before
     assert len(pd.read_csv(out / "compare.csv")) == 3
+    report = (out / "REPORT.md").read_text()
+    assert "Not run yet" not in report and "not run yet)" not in report and ": 3 runs, seeds 0," in report
     result = CliRunner().invoke(cli.app, [*args, "--only", "nothing*"])
     assert result.exit_code == 2 and "--only 'nothing*' matches no run of toy" in result.output
     # continued from the copy of the experiment file it wrote, in place (as from a committed reproduction)

@@ -312,9 +312,25 @@ def write_report(report: Report) -> Path:
 def _opening(r: Report) -> list[str]:
     note = ["> This is the **quick** reproduction: the description is the full experiment's; what the quick version "
             "changes is in the settings at the end of this report.", ""] if r.quick else []
-    ran = what_ran(r.runs)
+    ran, missing = what_ran(r.runs), not_run(r)
     return [f"# {r.exp.title}", "", *note, r.exp.description.strip(), "",
-            *([f"**What ran** (read from the runs behind this report): {ran}.", ""] if ran else [])]
+            *([f"**What ran** (read from the runs behind this report): {ran}.", ""] if ran else []),
+            *([f"**Not run yet**: {sum(len(s) for s in missing.values())} of the {len(r.planned)} planned runs, "
+               + "; ".join(f"`{name}` seed{'s' if len(s) > 1 else ''} {', '.join(map(str, s))}"
+                           for name, s in missing.items())
+               + ". The claims on them read not measured, or are decided on the seeds that ran; `--resume` runs "
+               "the rest.", ""] if missing else [])]
+
+
+def not_run(r: Report) -> dict[str, list[int]]:
+    """The planned runs that neither finished nor failed (a report rendered while its experiment is under
+    way): their seeds by run name, in the plan's order."""
+    ended = {p.dirname for p in r.done} | {p.dirname for p, _ in r.failures}
+    missing: dict[str, list[int]] = {}
+    for p in r.planned:
+        if p.dirname not in ended:
+            missing.setdefault(p.name, []).append(p.seed)
+    return missing
 
 
 def what_ran(runs: list[Run]) -> str:
@@ -543,7 +559,7 @@ def _produced(r: Report) -> list[str]:
     per_run = {p.name: (p.algorithm, p.extra, sorted({q.seed for q in planned if q.name == p.name})) for p in planned}
     return ["## How this was produced", "",
             f"`{r.command_line}` with edgeml {edgeml.__version__} (git {meta.get('git_sha') or 'unknown'}) on "
-            f"{today():%Y-%m-%d}: {len(planned)} runs, seeds "
+            f"{today():%Y-%m-%d}: {len(planned)} runs{_not_run_count(r)}, seeds "
             f"{', '.join(map(str, sorted({p.seed for p in planned})))}, backend {', '.join(backend)}. "
             f"Everything above is rebuilt from `runs/` by `edgeml compare` and `edgeml plot`.", "",
             "Settings shared by every run:", "", "```toml", _toml(_shared(planned)), "```", "",
@@ -551,6 +567,11 @@ def _produced(r: Report) -> list[str]:
                      [[n, a, ", ".join(map(str, s)),
                        "; ".join(f"{sec}.{k} = {fmt_value(v)}" for sec, kv in e.items() for k, v in kv.items())
                        or "-"] for n, (a, e, s) in per_run.items()]), ""]
+
+
+def _not_run_count(r: Report) -> str:
+    n = sum(len(s) for s in not_run(r).values())
+    return f" ({n} not run yet)" if n else ""
 
 
 def _shared(planned: list[PlannedRun]) -> dict:
