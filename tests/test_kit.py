@@ -168,7 +168,11 @@ class WorkerNode:
         return [1]
 
     def compute(self, fn, samples):
-        return fn()
+        self.computing = True  # what runs inside a step is the worker's computation (timed as such on procs)
+        try:
+            return fn()
+        finally:
+            self.computing = False
 
     def push(self, dst, tag, **data):
         if len(self.sent) == self.pushes:
@@ -193,6 +197,7 @@ def test_ps_worker_hooks():
     assert node.t.params.tolist() == [2.0, 2.0, 2.0]  # the model of the last reply
 
     def pack(cfg, spans, update):
+        assert node.computing, "the encoding runs outside the worker's step: its time would count as nothing"
         return {"first": update[spans[1][0]:].clone(), "lr": cfg.lr}
 
     def version(loss, reply):

@@ -216,16 +216,21 @@ def ps_worker(node: Node, pack: Pack = dense, *, scaled: bool = True,
               fields: Callable[[float, Message | None], dict[str, Any]] = with_loss) -> None:
     """Compute a mini-batch gradient g, push ``pack`` of U = eta' g (of g itself when not ``scaled``: a PS that
     applies the learning rate, as ASGD's) with ``fields(batch loss, the PS's last reply or None)``, continue from
-    the returned model."""
+    the returned model. The encoding is part of the worker's step (adacomp.txt Alg. 1 lines 11-15: the gradient,
+    then its selection), so on real processes its time is computation, throttled with the gradient's."""
     trainer = node.trainer()
     ps = node.ranks("ps")[0]
     cfg = node.algo
     lr, spans = cfg.lr, trainer.spans
+
+    def step() -> tuple[float, dict[str, Any]]:
+        loss = trainer.gradient()
+        return loss, pack(cfg, spans, trainer.grad * lr if scaled else trainer.grad)
+
     reply = None
     while True:
-        loss = node.compute(trainer.gradient, samples=trainer.batch_size)
-        update = trainer.grad * lr if scaled else trainer.grad
-        node.push(ps, "push", **pack(cfg, spans, update), **fields(loss, reply))
+        loss, packed = node.compute(step, samples=trainer.batch_size)
+        node.push(ps, "push", **packed, **fields(loss, reply))
         node.count("commits")
         reply = node.recv(ps, "model")
         trainer.params.copy_(reply["params"])
