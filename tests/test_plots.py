@@ -575,6 +575,26 @@ def test_a_setting_is_named_by_the_fewest_keys_and_a_method_in_one_setting_gets_
     assert ps and all(line in sim for line in ps)  # PS on sim is drawn in the style of "sim"
 
 
+def test_a_setting_is_named_by_its_swept_key_where_another_key_varies_with_it(tmp_path):
+    from edgeml.analysis.figures import group_settings
+
+    # AdaComp swept over c, each c at its own tuned alpha (a key that comes first in the config and tells the
+    # runs apart as well), beside Comp-ASGD over c at one alpha: one line style per c, none per alpha
+    paths = [make_run(tmp_path, f"ada-{c}", "adacomp", config={"adacomp": {"lr": lr, "c": c}},
+                      label=f"adacomp[adacomp.c={c}]", experiment={"point": {"adacomp.c": c}})
+             for c, lr in ((0.1, 0.3), (0.01, 0.1))]
+    paths += [make_run(tmp_path, f"comp-{c}", "comp_asgd", config={"comp_asgd": {"lr": 0.3, "c": c}},
+                       label=f"comp_asgd[comp_asgd.c={c}]", experiment={"point": {"comp_asgd.c": c}})
+              for c in (0.1, 0.01)]
+    paths.append(make_run(tmp_path, "asgd", "asgd", config={"asgd": {"lr": 0.3}}))
+    runs = load_runs([str(p) for p in paths])
+    assert [group_settings(runs)[str(r.path)] for r in runs] == ["c=0.1", "c=0.01", "c=0.1", "c=0.01", ""]
+    # without a sweep naming a key, the first keys in the configs' order that tell the runs apart, as before
+    for r in runs:
+        r.point = {}
+    assert [group_settings(runs)[str(r.path)] for r in runs[:2]] == ["lr=0.3", "lr=0.1"]
+
+
 def test_an_experiments_run_label_names_its_method_and_colours_it(tmp_path):
     from edgeml.analysis.figures import figure_tables
 

@@ -97,12 +97,17 @@ def group_settings(runs: list[Run], labels: dict[str, str] | None = None) -> dic
     apart the runs of one method (``method_of``) there (``_fewest_keys``), each named by ``setting_text``; every
     run is named by the same keys, so that one line style means one setting across methods. A key an older run
     lacks counts as its default (``flat_config``); a key a run has no value for (another algorithm's section)
-    is left out of its name."""
+    is left out of its name. Where fewest keys can be chosen in several ways, the keys the runs' sweeps name
+    (``Run.point``) come first: AdaComp at c = 0.1, 0.01 and 0.001, each c at its own tuned alpha, is named by
+    its c, not by its alpha."""
     flat = {str(r.path): flat_config(r) for r in runs}
     groups = _by_method(runs)
     varying = {k for paths in groups.values() for k in _varying(flat, paths)}
+    swept = {k for r in runs for k in r.point}
     keys = [k for k in dict.fromkeys(k for p in flat for k in flat[p]) if k in varying]  # in the configs' order
-    chosen = _fewest_keys(keys, [[flat[p] for p in paths] for paths in groups.values()])
+    tried = sorted(keys, key=lambda k: k not in swept)  # stable: the swept keys first
+    picked = set(_fewest_keys(tried, [[flat[p] for p in paths] for paths in groups.values()]))
+    chosen = [k for k in keys if k in picked]  # named in the configs' order
     return {p: ", ".join(setting_text(k, f[k], labels) for k in chosen if f.get(k) is not None)
             for p, f in flat.items()}
 
