@@ -161,6 +161,11 @@ def test_run_seeds_quick_seeds_and_quick_sweeps(tmp_path, toy):
     ('[[runs]]\nalgorithm = "bsp"', '[[figures]]\nid = "f"\ntitle = "F"\nsettled = { decision = "commit_rate" }\n\n'
      '[[runs]]\nfigure = "f"\nalgorithm = "bsp"', "settled names a decision and the key that fixes it"),
     ('name = "ssp-tight"', 'name = "ssp-tight"\nlabel = ""', "label must be a short name"),
+    ('[[runs]]\nalgorithm = "bsp"', '[[figures]]\nid = "f"\ntitle = "F"\nruns = []\n\n[[runs]]\nfigure = "f"\n'
+     'algorithm = "bsp"', "figure 'f': runs lists the runs drawn in it, by name or glob"),
+    ('[[runs]]\nalgorithm = "bsp"', '[[figures]]\nid = "f"\ntitle = "F"\nruns = ["ssp*"]\n\n[[runs]]\nfigure = "f"\n'
+     'algorithm = "bsp"', r"figure 'f' lists run 'ssp\*', which picks none of the runs drawn in it: name one of "
+     r"bsp, bsp\[cluster.hetero=1:3\], bsp\[cluster.hetero=H=1\], or a glob"),
     ('name = "ssp-tight"', 'name = "ssp-tight"\nlabel = "%s"' % ("x" * 60), "label must be a short name"),
 ])
 def test_bad_experiment_files_are_refused_with_one_line(tmp_path, toy, old, new, message):
@@ -321,6 +326,19 @@ def test_a_failed_run_is_recorded_and_the_others_go_on(tmp_path, toy, monkeypatc
 
 
 @pytest.mark.slow
+def test_a_figure_that_lists_its_runs_draws_only_those_of_its_members(tmp_path, toy):
+    # BSP's sweep and SSP in figure f, which lists one point of the sweep and SSP by a glob; figure g keeps all
+    text = open(toy).read().replace(
+        '[[runs]]\nalgorithm = "bsp"',
+        '[[figures]]\nid = "f"\ntitle = "F"\nruns = ["bsp[cluster.hetero=1:3]", "ssp-*"]\n\n'
+        '[[figures]]\nid = "g"\ntitle = "G"\n\n[[runs]]\nfigure = ["f", "g"]\nalgorithm = "bsp"').replace(
+        'name = "ssp-tight"', 'name = "ssp-tight"\nfigure = "f"')
+    (tmp_path / "listed.toml").write_text(text)
+    planned = plan(load_experiment(str(tmp_path / "listed.toml")))
+    assert sorted({(p.name, tuple(p.figures)) for p in planned}) == [
+        ("bsp[cluster.hetero=1:3]", ("f", "g")), ("bsp[cluster.hetero=H=1]", ("g",)), ("ssp-tight", ("f",))]
+
+
 def test_figure_groups_claims_and_against_panels(tmp_path, toy):
     text = open(toy).read().replace(
         '[[runs]]\nalgorithm = "bsp"',

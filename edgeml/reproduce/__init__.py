@@ -51,6 +51,8 @@ Experiment file ``experiments/<paper>.toml``::
     settled = { decision = "commit_rate", fixed = "adsp.fixed_rate" }   # optional: a table of what each run
                                  # that searched the value online settled on, beside the group's best fixed one
     per_class = true             # optional: a table of each run's final accuracy per class (eval.per_class)
+    runs = ["fig5-*", "ssp[cluster.hetero=H=2]"]   # optional: of the runs that name this group, only those
+                                 # these pick (as --only picks: exact names, globs), e.g. one point of a sweep
 
     [[runs]]
     name = "ssp"                 # unique; defaults to algorithm

@@ -86,6 +86,10 @@ class FigureGroup:
     per_class: bool = False
     """A table under the figure of each run's final accuracy per class (mean over its seeds), for the runs that
     recorded it (``eval.per_class``)."""
+    runs: list[str] | None = None
+    """Of the runs that name this group, only those these names or globs pick, as ``--only`` picks them (a swept
+    point's exact name, or a glob on run and entry names): one point of a sweep drawn in a figure of its own
+    (AdaComp's Fig. 4 holds its sweep's c = 0.001 alone)."""
 
     @property
     def folder(self) -> str:
@@ -303,6 +307,9 @@ def _figure_group(where: str, raw: dict, known: set[str]) -> FigureGroup:
             raise UserError(f"{where}: figure {f['id']!r}: settled names a decision and the key that fixes it: "
                             f"settled = {{ decision = \"commit_rate\", fixed = \"adsp.fixed_rate\" }}")
         _labels(where, {g.settled["fixed"]: "x"}, what=f"figure {f['id']!r} settled.fixed")
+    if g.runs is not None and (not g.runs or not all(isinstance(r, str) and r for r in g.runs)):
+        raise UserError(f"{where}: figure {f['id']!r}: runs lists the runs drawn in it, by name or glob: "
+                        f"runs = [\"fig4-*\", \"adacomp[adacomp.c=0.001]\"]")
     return g
 
 

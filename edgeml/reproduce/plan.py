@@ -66,6 +66,12 @@ def plan(exp: Experiment, quick: bool = False, seeds: list[int] | None = None,
     """Every (run, sweep point, seed) of the experiment with its merged config layers, validated up front."""
     planned = [p for spec in exp.runs for p in _plan_spec(exp, spec, quick, seeds, backend)]
     _check_names(exp, planned)
+    for gid, g in exp.figures.items():  # a group that lists its runs draws only those of its members
+        if g.runs is not None:
+            picked = select(g.runs, planned)
+            for p in planned:
+                if gid in p.figures and p.dirname not in picked:
+                    p.figures = [f for f in p.figures if f != gid]
     return planned
 
 
@@ -134,6 +140,13 @@ def _check_names(exp: Experiment, planned: list[PlannedRun]) -> None:
         if c.figure is not None and c.figure not in exp.figures:
             raise UserError(f"{where}: claim {c.text!r} names figure {c.figure!r}: choose one of "
                             f"{', '.join(exp.figures) or '(no [[figures]])'}")
+    for g in exp.figures.values():  # its runs pick some run of the full sweeps (--quick may sweep fewer points)
+        specs_in = [spec for spec in exp.runs if g.id in spec.figure]
+        members = {s.name for s in specs_in} | {n for s in specs_in for n, _ in sweep_points(s)}
+        for pattern in g.runs or ():
+            if not any(pattern == n or fnmatch.fnmatchcase(n, pattern) for n in members):
+                raise UserError(f"{where}: figure {g.id!r} lists run {pattern!r}, which picks none of the runs drawn "
+                                f"in it: name one of {', '.join(sorted(members)) or '(none)'}, or a glob")
 
 
 def select(only: str | Sequence[str] | None, planned: list[PlannedRun]) -> set[str]:
