@@ -163,6 +163,8 @@ def test_run_seeds_quick_seeds_and_quick_sweeps(tmp_path, toy):
     ('name = "ssp-tight"', 'name = "ssp-tight"\nlabel = ""', "label must be a short name"),
     ('[[runs]]\nalgorithm = "bsp"', '[[figures]]\nid = "f"\ntitle = "F"\nruns = []\n\n[[runs]]\nfigure = "f"\n'
      'algorithm = "bsp"', "figure 'f': runs lists the runs drawn in it, by name or glob"),
+    ('[[runs]]\nalgorithm = "bsp"', '[[figures]]\nid = "f"\ntitle = "F"\nruns = "bsp*"\n\n[[runs]]\nfigure = "f"\n'
+     'algorithm = "bsp"', "figure 'f': runs lists the runs drawn in it, by name or glob"),
     ('[[runs]]\nalgorithm = "bsp"', '[[figures]]\nid = "f"\ntitle = "F"\nruns = ["ssp*"]\n\n[[runs]]\nfigure = "f"\n'
      'algorithm = "bsp"', r"figure 'f' lists run 'ssp\*', which picks none of the runs drawn in it: name one of "
      r"bsp, bsp\[cluster.hetero=1:3\], bsp\[cluster.hetero=H=1\], or a glob"),

@@ -307,7 +307,8 @@ def _figure_group(where: str, raw: dict, known: set[str]) -> FigureGroup:
             raise UserError(f"{where}: figure {f['id']!r}: settled names a decision and the key that fixes it: "
                             f"settled = {{ decision = \"commit_rate\", fixed = \"adsp.fixed_rate\" }}")
         _labels(where, {g.settled["fixed"]: "x"}, what=f"figure {f['id']!r} settled.fixed")
-    if g.runs is not None and (not g.runs or not all(isinstance(r, str) and r for r in g.runs)):
+    if g.runs is not None and (not isinstance(g.runs, list) or not g.runs
+                               or not all(isinstance(r, str) and r for r in g.runs)):
         raise UserError(f"{where}: figure {f['id']!r}: runs lists the runs drawn in it, by name or glob: "
                         f"runs = [\"fig4-*\", \"adacomp[adacomp.c=0.001]\"]")
     return g
