@@ -327,7 +327,6 @@ def test_a_failed_run_is_recorded_and_the_others_go_on(tmp_path, toy, monkeypatc
     assert result.output.count("(kept)") == 2 and "## Failed runs" not in (out / "REPORT.md").read_text()
 
 
-@pytest.mark.slow
 def test_a_figure_that_lists_its_runs_draws_only_those_of_its_members(tmp_path, toy):
     # BSP's sweep and SSP in figure f, which lists one point of the sweep and SSP by a glob; figure g keeps all
     text = open(toy).read().replace(
@@ -341,6 +340,7 @@ def test_a_figure_that_lists_its_runs_draws_only_those_of_its_members(tmp_path, 
         ("bsp[cluster.hetero=1:3]", ("f", "g")), ("bsp[cluster.hetero=H=1]", ("g",)), ("ssp-tight", ("f",))]
 
 
+@pytest.mark.slow
 def test_figure_groups_claims_and_against_panels(tmp_path, toy):
     text = open(toy).read().replace(
         '[[runs]]\nalgorithm = "bsp"',
