@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from edgeml.schema import COMMON_SECTIONS, ClusterSection, DataSection, RunSection, StopSection, range_of
+from edgeml.schema import COMMON_SECTIONS, ClusterSection, DataSection, RunSection, StopSection, did_you_mean, range_of
 from edgeml.errors import Interrupted, RunFailed, UserError, interrupt_handled
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
@@ -28,9 +28,11 @@ err = Console(stderr=True, emoji=False)
 
 def command(*args, **kwargs):
     """``app.command`` that turns user errors into one line and exit code 2, failures into exit code 1."""
-    register = app.command(*args, **kwargs)
 
     def wrap(fn):
+        # `edgeml --help` lists the whole description (click would cut a derived short help with "...")
+        register = app.command(*args, short_help=" ".join((fn.__doc__ or "").split()), **kwargs)
+
         @functools.wraps(fn)
         def run_safely(*a, **kw):
             try:
@@ -45,6 +47,9 @@ def command(*args, **kwargs):
                     err.print(f"[yellow]interrupted[/yellow]: what was measured so far is in {escape(str(path))}",
                               soft_wrap=True)
                     typer.echo(path)
+                elif getattr(exc, "resume", None):
+                    err.print(Text.assemble(("interrupted", "yellow"), ": finished runs are kept; continue with ",
+                                            (exc.resume, "bold")), soft_wrap=True)
                 elif isinstance(exc, Interrupted):
                     err.print("[yellow]interrupted[/yellow] before the run started: no run directory was made")
                 else:
@@ -89,7 +94,8 @@ def _base_layers(**options) -> dict[str, dict]:
     network = options.get("network")
     if network is not None:
         if network not in NETWORKS:
-            raise UserError(f"unknown network profile {network!r}: choose one of {', '.join(NETWORKS)}")
+            raise UserError(f"unknown network profile {network!r}{did_you_mean(network, list(NETWORKS))}: choose "
+                            f"one of {', '.join(NETWORKS)}")
         layers.setdefault("network", {}).update(NETWORKS[network][0])
     return layers
 
@@ -292,14 +298,23 @@ def plot(
                                                    "or folders holding run directories."),
     out: Path = typer.Option(Path("runs") / "figures", help="Folder for the PNG and PDF figures."),
     recursive: bool = typer.Option(False, "--recursive", "-r", help="Search every folder below the given ones."),
+    target_accuracy: Optional[list[float]] = typer.Option(
+        None, help="The bars show the time until this test accuracy (repeat for several: the first is drawn; "
+                   "default: the runs' common stop target, else 95% of the lowest best accuracy)."),
+    target_loss: Optional[list[float]] = typer.Option(None, help="The bars show the time until this test loss."),
+    rule: str = typer.Option("stays", help="When a target counts as reached: stays (never leaves it again), "
+                                           "smoothed, first, or stopping (the runs' own stopping rule)."),
 ) -> None:
     """Draw convergence curves and bars, time breakdown, throughput and the series figures (PNG and PDF)."""
     from edgeml.config import check_out
+    from edgeml.analysis.compare import choose_targets, compare as compare_runs
     from edgeml.analysis.figures import write_figures
     from edgeml.rundir import load_runs
 
     check_out(out, "--out")
-    for f in write_figures(load_runs(run_dirs, recursive), out):
+    runs = load_runs(run_dirs, recursive)
+    cmp = compare_runs(runs, choose_targets(runs, target_accuracy or [], target_loss or [], rule))
+    for f in write_figures(runs, out, cmp):
         print(f.png)
         print(f.png.with_suffix(".pdf"))
 
@@ -395,9 +410,22 @@ def reproduce(
         return
     line = " ".join(["edgeml reproduce", paper] + (["--quick"] if quick else []) + ([f"--out {out}"] if out else [])
                     + ([f"--seeds {seeds}"] if seeds else []) + ([f"--backend {backend}"] if backend else []))
-    print(run_experiment(paper, quick, out, seed_list, backend, command_line=line, resume=resume, only=only,
-                         force=force, jobs=jobs, check=check, cluster=cluster, address=address, pdf=pdf)
-          / "REPORT.md")
+    try:
+        report = run_experiment(paper, quick, out, seed_list, backend, command_line=line, resume=resume, only=only,
+                                force=force, jobs=jobs, check=check, cluster=cluster, address=address, pdf=pdf)
+    except KeyboardInterrupt as exc:  # finished runs are kept: say how to go on from them
+        import shlex
+
+        exc.resume = " ".join(["edgeml reproduce", shlex.quote(paper), *(["--quick"] if quick else []),
+                               *([f"--out {shlex.quote(str(out))}"] if out else []),
+                               *([f"--seeds {seeds}"] if seeds else []), *([f"--backend {backend}"] if backend else []),
+                               *(f"--only {shlex.quote(g)}" for g in only or ()),
+                               *([f"--jobs {jobs}"] if jobs != default_jobs() and not on_cluster else []),
+                               *([f"--address {address}"] if address else
+                                 [f"--cluster {cluster}"] if cluster else []), *(["--pdf"] if pdf else []),
+                               "--resume"])
+        raise
+    print(report / "REPORT.md")
 
 
 METAVARS = {

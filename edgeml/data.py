@@ -19,6 +19,7 @@ import numpy as np
 
 from edgeml.cache import cache_dir
 from edgeml.errors import UserError
+from edgeml.schema import did_you_mean
 
 if TYPE_CHECKING:
     import torch
@@ -112,7 +113,8 @@ def locate(name: str, root: str | Path | None = None, download: bool = False) ->
     not an existing directory, or files found nowhere when ``download`` is off all raise UserError.
     """
     if name not in DATASETS:
-        raise UserError(f"unknown dataset '{name}': choose one of {', '.join(DATASETS)}")
+        raise UserError(f"unknown dataset '{name}'{did_you_mean(name, list(DATASETS))}: choose one of "
+                        f"{', '.join(DATASETS)}")
     base = Path(root).expanduser() if root is not None else None
     if base is not None and not base.is_dir():
         problem = "is not a directory" if base.exists() else "does not exist"
@@ -300,22 +302,69 @@ def _check_pair(x_path: Path, n: int, y_path: Path, y: np.ndarray) -> None:
 # CIFAR-10 python batches
 
 
+class _Refused(pickle.UnpicklingError):
+    """A batch asked for a global that no CIFAR-10 batch holds."""
+
+
+# What a CIFAR-10 batch (a dict of bytes, lists and one uint8 array, pickled by Python 2) and the same data
+# pickled again by Python 3 (any protocol) may ask for: numpy's array and dtype reconstructors, and plain data
+# types. Nothing else is looked up, so a crafted file cannot name a callable that runs code.
+_CIFAR_GLOBALS = {
+    *((m, "_reconstruct") for m in ("numpy.core.multiarray", "numpy._core.multiarray")),
+    *((m, "scalar") for m in ("numpy.core.multiarray", "numpy._core.multiarray")),
+    *((m, "_frombuffer") for m in ("numpy.core.numeric", "numpy._core.numeric")),
+    ("numpy", "ndarray"), ("numpy", "dtype"),
+    *(("builtins", t) for t in ("bytes", "bytearray", "str", "int", "float", "complex", "bool", "list", "tuple",
+                                "dict", "set", "frozenset")),
+}
+
+
+def _latin1(text: str, encoding: str = "latin1") -> bytes:
+    """``_codecs.encode`` as Python 3 pickles bytes at protocol 2, limited to that codec."""
+    if encoding not in ("latin1", "latin-1"):
+        raise _Refused(f"_codecs.encode with codec {encoding!r}")
+    return text.encode("latin1")
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    """Unpickles plain data and numpy arrays only (``_CIFAR_GLOBALS``); any other global is refused before it is
+    imported, so a data file can never run code."""
+
+    def find_class(self, module: str, name: str):
+        if (module, name) == ("_codecs", "encode"):
+            return _latin1
+        if (module, name) in _CIFAR_GLOBALS:
+            return super().find_class(module, name)
+        raise _Refused(f"{module}.{name}")
+
+
 def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """Read one CIFAR-10 pickle batch. Pickle can run code, so only point this at files you trust."""
+    """Read one CIFAR-10 pickle batch through ``_CifarUnpickler``: a file that asks for anything but arrays and
+    plain data is refused before any of it runs."""
     try:
         with path.open("rb") as f:
-            batch = pickle.load(f, encoding="bytes")
-        data = np.asarray(batch[b"data"], dtype=np.uint8)
-        labels = np.asarray(batch[b"labels"], dtype=np.int64)
+            batch = _CifarUnpickler(f, encoding="bytes").load()
+        data = np.asarray(batch[b"data"])
+        labels = np.asarray(batch[b"labels"])
+        if data.dtype != np.uint8 or not np.issubdtype(labels.dtype, np.integer):
+            raise TypeError(f"data of type {data.dtype}, labels of type {labels.dtype}")
+        labels = labels.astype(np.int64)
+    except _Refused as exc:
+        raise UserError(f"{path} asks to load {exc}, which no CIFAR-10 batch holds (only arrays and plain data are "
+                        "read from data files): replace it with the original file") from None
     except Exception as exc:  # unpickling a damaged file can fail with almost any exception type
         raise UserError(
             f"{path} is not a CIFAR-10 python batch ({type(exc).__name__}): replace it with the original file"
-        ) from exc
+        ) from None
     if data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
         raise UserError(
             f"{path} has data of shape {data.shape}, expected [N, 3072]: replace it with the original file"
         )
+    if labels.ndim != 1:
+        raise UserError(f"{path} has labels of shape {labels.shape}, expected [N]: replace it with the original file")
     _check_pair(path, len(data), path, labels)
+    if len(labels) and int(labels.min()) < 0:
+        raise UserError(f"{path} has label {int(labels.min())} outside 0..9: replace it with the original file")
     return data.reshape(-1, 3, 32, 32), labels
 
 
@@ -348,7 +397,8 @@ def partition(
     """
     import torch  # here: validating a config must not load torch
     if scheme not in PARTITIONS:
-        raise UserError(f"unknown partition scheme '{scheme}': choose one of {', '.join(PARTITIONS)}")
+        raise UserError(f"unknown partition scheme '{scheme}'{did_you_mean(scheme, list(PARTITIONS))}: choose one "
+                        f"of {', '.join(PARTITIONS)}")
     y = labels.detach().cpu().numpy().reshape(-1)
     n = len(y)
     if num_parts < 1:

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from edgeml.errors import UserError
+from edgeml.schema import did_you_mean
 
 MODELS: dict[str, str] = {
     "logreg": "multinomial logistic regression: one linear layer, cross-entropy loss",
@@ -50,7 +51,8 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *, wi
 
     ``width`` is MobileNet-v2's width multiplier (channels scaled, rounded to multiples of 8)."""
     if name not in MODELS:
-        raise UserError(f"unknown model '{name}': choose one of {', '.join(MODELS)}")
+        raise UserError(f"unknown model '{name}'{did_you_mean(name, list(MODELS))}: choose one of "
+                        f"{', '.join(MODELS)}")
     if num_classes < 2:
         raise UserError(f"model needs at least 2 classes, got {num_classes}: check the dataset labels")
     if not width > 0 or (width != 1.0 and name != "mobilenet-v2"):
@@ -87,7 +89,8 @@ def loss_for(name: str) -> nn.Module:
     """The training loss that defines the model: hinge for the SVM, squared hinge for the L2-SVM, cross-entropy for
     everything else."""
     if name not in MODELS:
-        raise UserError(f"unknown model '{name}': choose one of {', '.join(MODELS)}")
+        raise UserError(f"unknown model '{name}'{did_you_mean(name, list(MODELS))}: choose one of "
+                        f"{', '.join(MODELS)}")
     if name in ("svm", "l2svm"):
         return _MarginLoss(p=2 if name == "l2svm" else 1)
     return nn.CrossEntropyLoss()

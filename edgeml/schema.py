@@ -362,7 +362,9 @@ def _check_value(where: str, tp: Any, value: Any) -> Any:
     if origin is Literal:
         allowed = typing.get_args(tp)
         if value not in allowed:
-            raise UserError(f"{where} = {value!r} is not allowed: choose one of {', '.join(map(str, allowed))}")
+            hint = did_you_mean(value, [str(a) for a in allowed]) if isinstance(value, str) else ""
+            raise UserError(f"{where} = {value!r} is not allowed{hint}: choose one of "
+                            f"{', '.join(map(str, allowed))}")
         return value
     if tp is bool:
         if isinstance(value, bool):

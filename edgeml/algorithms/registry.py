@@ -17,6 +17,7 @@ from typing import Callable
 
 from edgeml import rundir
 from edgeml.errors import UserError
+from edgeml.schema import did_you_mean
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,8 @@ def register(spec: AlgorithmSpec, *aliases: str) -> AlgorithmSpec:
 def get_algorithm(name: str) -> AlgorithmSpec:
     key = ALIASES.get(name.lower(), name.lower())
     if key not in REGISTRY:
-        raise UserError(f"unknown algorithm {name!r}: choose one of {', '.join(sorted(REGISTRY))} (see edgeml list)")
+        raise UserError(f"unknown algorithm {name!r}{did_you_mean(key, sorted({*REGISTRY, *ALIASES}))}: choose "
+                        f"one of {', '.join(sorted(REGISTRY))} (see edgeml list)")
     return REGISTRY[key]
 
 

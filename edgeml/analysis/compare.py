@@ -26,6 +26,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 from rich.table import Table
+from rich.text import Text
 
 from edgeml.analysis.convergence import COLUMNS, RULES, TARGET_METRICS, UNITS, Target, reach_run
 from edgeml.analysis.stats import bootstrap_ci, mean_interval, pair_effect
@@ -267,9 +268,9 @@ class Comparison:
         title, headers, cells = self.display()
         tables = [rich_table(title, headers, cells)]
         if self.eval_interval:
-            tables[0].caption = (f"Times to a target are read at evaluations, every {self.eval_interval:g} s: each "
-                                 f"is resolved to {self.eval_interval:g} s, and speedups from them are as coarse "
-                                 f"(1.00x, 0.50x, ... from a few intervals).")
+            tables[0].caption = Text(f"Times to a target are read at evaluations, every {self.eval_interval:g} s: "
+                                     f"each is resolved to {self.eval_interval:g} s, and speedups from them are as "
+                                     f"coarse (1.00x, 0.50x, ... from a few intervals).")
             tables[0].caption_justify = "left"
         if len(self.targets) > 1:
             tables.append(rich_table(f"time until each target ({self.target.rule} rule)", *self.reach_display()))

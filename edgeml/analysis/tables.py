@@ -8,6 +8,7 @@ import math
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 
 def md_table(headers: list[str], rows: list[list[str]]) -> str:
@@ -16,13 +17,14 @@ def md_table(headers: list[str], rows: list[list[str]]) -> str:
 
 
 def rich_table(title: str, headers: list[str], cells: list[list[str]]) -> Table:
-    table = Table(title=title, caption="means over seeds; [95% bootstrap interval] with several seeds")
+    """Every text as written: a run named ``bsp[run.backend=procs]`` is no markup tag to drop."""
+    table = Table(title=Text(title), caption=Text("means over seeds; [95% bootstrap interval] with several seeds"))
     for i, h in enumerate(headers):
         # fold, never cut: a narrow terminal wraps cells onto more lines instead of hiding digits
-        table.add_column(h, style="cyan" if i == 0 else None, justify="left" if i == 0 else "right",
+        table.add_column(Text(h), style="cyan" if i == 0 else None, justify="left" if i == 0 else "right",
                          overflow="fold")
     for row in cells:
-        table.add_row(*row)
+        table.add_row(*(Text(str(c)) for c in row))
     return table
 
 

@@ -22,6 +22,7 @@ import math
 import re
 
 from edgeml.errors import UserError
+from edgeml.schema import did_you_mean
 
 PROFILES = {
     "homogeneous": "all workers equally fast",
@@ -94,7 +95,9 @@ def speeds(profile: str, n: int) -> list[float]:
         gpu = [1.0 / (1 + 2 * i / max(1, n - n_cpu - 1)) for i in range(n - n_cpu)]  # GPUs within 3x
         cpu = [1.0 / (60 + 57 * i / max(1, n_cpu - 1)) for i in range(n_cpu)]  # CPUs 60x..117x slower
         return gpu + cpu
-    raise UserError(f"unknown heterogeneity profile {profile!r}: use one of {', '.join(PROFILES)}")
+    named = [k for k in PROFILES if ":" not in k and "=" not in k]  # the names, not the patterns A:B:C, H=x
+    raise UserError(f"unknown heterogeneity profile {profile!r}{did_you_mean(p, named)}: use one of "
+                    f"{', '.join(PROFILES)}")
 
 
 def heterogeneity_degree(v: list[float]) -> float:
