@@ -175,7 +175,7 @@ def _load_sklearn(name: str) -> Dataset:
 
 
 def credit_synthetic() -> tuple[np.ndarray, np.ndarray]:
-    """A data set of the shape of "default of credit card clients" (UCI; snap.txt Sec. V trains its SVMs on it:
+    """A data set of the shape of "default of credit card clients" (UCI; SNAP Sec. V trains its SVMs on it:
     30,000 samples, 24 features), which no package ships offline: ``make_classification`` with a fixed seed,
     10 informative and 6 redundant features, two Gaussian clusters per class, 22% of the samples positive (the
     real set's share of defaults) and 10% of the labels flipped, so that a linear model is about as accurate as
