@@ -149,7 +149,9 @@ def asgd_rule(ps: ParameterServer, msg: Message, staleness: int) -> None:
     from edgeml.runtime import wire
 
     rate = staleness_rate(ps.alpha(), staleness, ps.node.algo.staleness_aware)
-    ps.W.add_(wire.dense_decode(msg.data), alpha=-rate)
+    # the product rounded before the subtraction, as in AdaComp's update: add_(alpha=) is one fused multiply-add
+    # on CPUs with vector units and two roundings elsewhere, which would make the last bit depend on the CPU
+    ps.W.sub_(wire.dense_decode(msg.data) * rate)
 
 
 def comp_asgd_rule(ps: ParameterServer, msg: Message, staleness: int) -> None:
