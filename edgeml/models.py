@@ -142,7 +142,7 @@ class ChannelsLastConv2d(nn.Conv2d):
 
 
 def _adacomp_cnn(shape: tuple[int, int, int], num_classes: int) -> nn.Module:
-    # adacomp.txt Sec. V-A: "two convolutional layers and two full-connected layers (211,690 parameters)", from
+    # AdaComp Sec. V-A: "two convolutional layers and two full-connected layers (211,690 parameters)", from
     # Keras's MNIST examples. The paper gives no layer sizes; 32 and 32 3x3 filters with same padding, each followed
     # by 2x2 max-pooling, then dense 128, give exactly 211,690 parameters on 28x28x1 (320 + 9,248 + 200,832 + 1,290).
     features = nn.Sequential(

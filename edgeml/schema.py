@@ -160,7 +160,7 @@ class DataSection:
     same order every epoch (labels ascending, data set order within a class: the ESync authors' non-i.i.d.
     sampler)."""
     train_samples: int = ranged(0, ge=0, zero="the whole training set")
-    """Train on a seeded random subset of this many training samples, split over the workers (adacomp.txt
+    """Train on a seeded random subset of this many training samples, split over the workers (AdaComp
     Table II's 20% training set); 0: all of them."""
 
 
@@ -177,7 +177,7 @@ class ClusterSection:
     workers: int = ranged(4, ge=1)
     """Number of workers (devices)."""
     hetero: str = "homogeneous"
-    """Speed profile: ``homogeneous``, ratios of step times ``1:1:3``, ``H=3.2`` (target degree, adsp.txt
+    """Speed profile: ``homogeneous``, ratios of step times ``1:1:3``, ``H=3.2`` (target degree, ADSP
     Sec. 5.2), ``ec2`` (ADSP's 18-worker mix), ``adacomp-3class``, ``cpu-gpu`` (ESync's mix)."""
     base_step_s: float = ranged(0.0, ge=0, zero="calibrate on the host (procs) or 0.01 s (sim)")
     """Step time of the fastest device. 0: calibrated on the host (procs) or 0.01 s (sim)."""
@@ -199,7 +199,7 @@ class ClusterSection:
     """procs: ``absolute`` sleeps each step up to ``base_step_s`` x factor; ``scale`` stretches the measured step
     time by the factor, so real co-running load shows in step times."""
     random_wait_s: float = ranged(0.0, ge=0, zero="no random wait")
-    """Mean random wait between a computation and its push (AdaComp's platform, adacomp.txt Sec. IV-A); 0: none."""
+    """Mean random wait between a computation and its push (AdaComp's platform, AdaComp Sec. IV-A); 0: none."""
     random_wait: Literal["exponential", "uniform"] = "exponential"
     """Distribution of the random wait: ``exponential`` (memoryless) or ``uniform`` on [0, 2 x mean]."""
 
@@ -213,7 +213,7 @@ class NetworkSection:
     down_mbps: float = ranged(0.0, ge=0, zero="unlimited")
     """Worker download bandwidth in Mb/s (0: unlimited)."""
     commit_delay_s: float = ranged(0.0, ge=0)
-    """Extra delay added to every message a worker sends (adsp.txt Fig. 6)."""
+    """Extra delay added to every message a worker sends (ADSP Fig. 6)."""
     links: list[dict] = field(default_factory=list)
     """Overrides of the star's access links, by worker index or by node set: ``[{worker = 2, latency_s = 0.05,
     up_mbps = 10, down_mbps = 100}, {node = "ps", up_mbps = 100}]``. Nodes other than workers have ideal links
@@ -235,7 +235,7 @@ class NetworkSection:
     failures: Literal["permanent", "transient"] = "permanent"
     """``permanent``: that fraction of links is down both ways (a message between neighbours over one is lost,
     others detour); ``transient``: each message to a neighbour misses with that probability, one way, and its
-    sender learns of it (snap.txt Sec. V: links "temporarily unavailable")."""
+    sender learns of it (SNAP Sec. V: links "temporarily unavailable")."""
     failed_from_s: float = ranged(0.0, ge=0)
     """When failures start (seconds on the run's clock)."""
     failed_for_s: float = ranged(0.0, ge=0, zero="until the run ends")
@@ -258,7 +258,7 @@ class StopSection:
     target_loss: float = ranged(0.0, ge=0, zero="no loss target")
     """Stop once test loss falls to this; 0 disables."""
     loss_variance: float = ranged(0.0, ge=0, zero="no variance rule")
-    """ADSP's rule (adsp.txt Sec. 5.2): stop once the variance of the last ``window`` losses is below this;
+    """ADSP's rule (ADSP Sec. 5.2): stop once the variance of the last ``window`` losses is below this;
     0 disables."""
     window: int = ranged(10, ge=2)
     """Number of evaluations whose loss variance ``loss_variance`` tests (at least 2)."""
@@ -280,7 +280,7 @@ class EvalSection:
     models: Literal["average", "mean", "worst"] = "average"
     """Which model loss and accuracy describe when several nodes expose one: ``average``, their average (the
     global model); ``mean``, the mean over their own models; ``worst``, the highest loss and lowest accuracy
-    among them (snap.txt Sec. III). ``mean`` and ``worst`` also record ``average_loss``/``average_accuracy``."""
+    among them (SNAP Sec. III). ``mean`` and ``worst`` also record ``average_loss``/``average_accuracy``."""
     per_class: bool = False
     """Also record each class's accuracy on the test samples (``evals.csv`` columns ``accuracy_c0``,
     ``accuracy_c1``, ...; of the model the ``accuracy`` column describes): where non-i.i.d. data hurt."""

@@ -133,7 +133,7 @@ def build_job(cfg, world: World) -> Job:
 # ------------------------------------------------------------------------------------------------- cost model
 FORWARD_WORK = 1 / 3
 """A forward pass's share of a training step's computation (forward + backward ~ 3 forward passes): what
-evaluating a batch's losses costs, in steps (edgegossip.txt's loss ranking, esync.txt's reference pass)."""
+evaluating a batch's losses costs, in steps (EdgeGossip's loss ranking, ESync's reference pass)."""
 
 
 def forward_macs(model: nn.Module, input_shape: tuple[int, ...]) -> float:

@@ -238,7 +238,7 @@ def test_quick_baselines_reproduction(tmp_path):
     assert "([PDF](figures/fig1/bars.pdf))" in report  # --pdf: linked beside each PNG
     assert "edgeml reproduce baselines --quick" in report and "## Differences from the paper" in report
     assert "This is the **quick** reproduction" in report.split("## Verdicts")[0]
-    section = report.split("## adsp.txt Fig. 1's setting", 1)[1].split("## Results", 1)[0]
+    section = report.split("## ADSP Fig. 1's setting", 1)[1].split("## Results", 1)[0]
     header = "| the paper says | paper | at | n | ours, in words | measured [95% CI] | resolution | verdict |"
     assert header in section
     for c in load_experiment("baselines").claims:
@@ -248,7 +248,7 @@ def test_quick_baselines_reproduction(tmp_path):
             "holds", "weaker", "stronger", "does not hold", "inconclusive", "not resolved")
     assert "![bars](figures/fig1/bars.png)" in section
     assert "![time_breakdown](figures/fig1/time_breakdown.png)" in section
-    assert "**adsp.txt Fig. 1: time and steps until accuracy stays >= 0.8" in section
+    assert "**ADSP Fig. 1: time and steps until accuracy stays >= 0.8" in section
 
     # The table is rebuilt from the run directories alone, with the experiment's run names.
     runs = load_runs([str(out)])

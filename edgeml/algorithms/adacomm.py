@@ -1,4 +1,4 @@
-"""ADACOMM and Fixed ADACOMM: periodic local-update SGD through a PS (Wang and Joshi 2018; adsp.txt Sec. 2.2, 5.1).
+"""ADACOMM and Fixed ADACOMM: periodic local-update SGD through a PS (Wang and Joshi 2018; ADSP Sec. 2.2, 5.1).
 
 Every worker takes tau local SGD steps at the local learning rate eta'(t) (the same decaying schedule as ADSP,
 ``LocalSGDConfig``), pushes its accumulated update U_i = sum eta' g_i and waits for the PS. The PS waits for
@@ -7,7 +7,7 @@ local models), and returns W with the tau of the next round.
 
 - **tau0** is chosen by a short online search unless given: each of ``tau_candidates`` runs in turn for
   ``trial_s`` seconds (at least two rounds), and the one with the best ADSP reward wins (``fit_reward``,
-  adsp.txt Sec. 4.2: the inverse of the predicted time to reach a common target loss, fitted on the trial's
+  ADSP Sec. 4.2: the inverse of the predicted time to reach a common target loss, fitted on the trial's
   loss estimates on the run's clock, ``reward_clock``; target = ``target_ratio`` times the lowest estimate of
   the search). Trials do not start from a common state; the reward was designed for exactly that, whereas raw
   loss decrease per second always favours the first candidate, which sees the steepest part of the curve.
@@ -155,7 +155,7 @@ def adacomm_server(node: Node, adapt: bool) -> None:
 
 register(AlgorithmSpec("adacomm", "Local-update SGD with a barrier every tau steps, tau adapted to the loss",
                        AdacommConfig, ps_nodes(partial(adacomm_server, adapt=True), adacomm_worker),
-                       "adsp.txt Sec. 2.2, 5.1; Wang and Joshi 2018", display="ADACOMM"))
+                       "ADSP Sec. 2.2, 5.1; Wang and Joshi 2018", display="ADACOMM"))
 register(AlgorithmSpec("fixed_adacomm", "ADACOMM with tau fixed (tau0 searched or given)",
                        FixedAdacommConfig, ps_nodes(partial(adacomm_server, adapt=False), adacomm_worker),
-                       "adsp.txt Sec. 5.1", display="Fixed ADACOMM"), "fixed-adacomm")
+                       "ADSP Sec. 5.1", display="Fixed ADACOMM"), "fixed-adacomm")

@@ -1,5 +1,5 @@
 """AdaComp, ASGD and Comp-ASGD: compressed asynchronous updates with per-parameter staleness (Hardy, Le Merrer
-and Sericola, IEEE NCA 2017; adacomp.txt), on the parameter-server kit (``kit.py``).
+and Sericola, IEEE NCA 2017; AdaComp), on the parameter-server kit (``kit.py``).
 
 A worker pulls Theta with its version (timestamp) j, computes one mini-batch gradient dTheta, compresses it and
 pushes it tagged with j (a failure point). The PS applies every push on arrival (a new version each) and
@@ -81,7 +81,7 @@ class ASGDConfig:
     write at the end of the run."""
     staleness_aware: bool = True
     """Divide alpha by the staleness (Eq. 5; the update's for ASGD and Comp-ASGD, Sec. V-B, each entry's sigma_k
-    for AdaComp). Off, every update gets the plain alpha: ASGD as esync.txt runs it, and for AdaComp or
+    for AdaComp). Off, every update gets the plain alpha: ASGD as ESync runs it, and for AdaComp or
     Comp-ASGD an ablation of the staleness rate."""
     warmup: int = ranged(0, ge=0)
     """A stabiliser the paper does not name (0, off, is the paper's rule): the PS's alpha rises linearly over its
@@ -103,7 +103,7 @@ class CompASGDConfig(ASGDConfig):
 class AdaCompConfig(ASGDConfig):
     c: float = ranged(0.01, gt=0, le=1)
     """Compression ratio c: a push keeps the floor(c n) largest entries (by absolute value, at least one) of
-    each weight matrix and bias vector of n entries (adacomp.txt Alg. 1 line 15)."""
+    each weight matrix and bias vector of n entries (AdaComp Alg. 1 line 15)."""
     rate_cap: float = ranged(0.0, ge=0)
     """A stabiliser the paper does not name (0, off, is Eq. 5): each entry's rate alpha_k is at most ``rate_cap``
     times the update's rate alpha / sigma (ASGD's, sigma the update's staleness). 1 gives every entry the
@@ -145,7 +145,7 @@ def adacomp_update(W, history, spans, src: int, data, alpha: float, aware: bool 
 
 
 def asgd_rule(ps: ParameterServer, msg: Message, staleness: int) -> None:
-    """Theta -= alpha / sigma * dTheta, alpha when sigma = 0 (adacomp.txt Sec. V-B)."""
+    """Theta -= alpha / sigma * dTheta, alpha when sigma = 0 (AdaComp Sec. V-B)."""
     from edgeml.runtime import wire
 
     rate = staleness_rate(ps.alpha(), staleness, ps.node.algo.staleness_aware)
@@ -201,7 +201,7 @@ class AsyncServer(ParameterServer):
 
 
 class AdaCompServer(AsyncServer):
-    """adacomp.txt Alg. 2: per-parameter staleness sigma_k (Eq. 3) and rates alpha / sigma_k (Eqs. 4-5)."""
+    """AdaComp Alg. 2: per-parameter staleness sigma_k (Eq. 3) and rates alpha / sigma_k (Eqs. 4-5)."""
 
     def __init__(self, node: Node):
         super().__init__(node)
@@ -262,7 +262,7 @@ def pulled_version(loss: float, reply: Message | None) -> dict[str, Any]:
 
 
 def worker(pack: Pack, node: Node) -> None:
-    """adacomp.txt Alg. 1: compute a mini-batch gradient on the model of version j, push ``pack`` of it tagged
+    """AdaComp Alg. 1: compute a mini-batch gradient on the model of version j, push ``pack`` of it tagged
     with j (a failure point), continue from the model and version the PS returns (the kit's ``ps_worker``, the
     gradient unscaled: the PS applies alpha)."""
     ps_worker(node, pack, scaled=False, fields=pulled_version)
@@ -270,12 +270,12 @@ def worker(pack: Pack, node: Node) -> None:
 
 register(AlgorithmSpec("asgd", "Asynchronous SGD, learning rate divided by the update's staleness", ASGDConfig,
                        ps_nodes(partial(serve, AsyncServer), partial(worker, dense_update)),
-                       "adacomp.txt Sec. V-B", display="ASGD"))
+                       "AdaComp Sec. V-B", display="ASGD"))
 register(AlgorithmSpec("comp_asgd", "ASGD pushing the largest c fraction of each update (selective SGD)",
                        CompASGDConfig,
                        ps_nodes(partial(serve, partial(AsyncServer, rule=comp_asgd_rule)),
                                 partial(worker, global_top_c)),
-                       "adacomp.txt Sec. V-B", display="Comp-ASGD"), "comp-asgd")
+                       "AdaComp Sec. V-B", display="Comp-ASGD"), "comp-asgd")
 register(AlgorithmSpec("adacomp", "Per-layer top-c updates with per-parameter staleness rates", AdaCompConfig,
                        ps_nodes(partial(serve, AdaCompServer), partial(worker, layer_top_c)),
-                       "adacomp.txt Alg. 1-2, Eqs. 3-5", display="AdaComp"))
+                       "AdaComp Alg. 1-2, Eqs. 3-5", display="AdaComp"))

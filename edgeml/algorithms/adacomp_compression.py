@@ -1,4 +1,4 @@
-"""The compression rule of AdaComp and Comp-ASGD (adacomp.txt Alg. 1 line 15, Sec. IV-b, Sec. V-B): which
+"""The compression rule of AdaComp and Comp-ASGD (AdaComp Alg. 1 line 15, Sec. IV-b, Sec. V-B): which
 entries of a gradient a worker pushes, and how they travel. The packs (``layer_top_c`` for AdaComp,
 ``global_top_c`` for Comp-ASGD, ``dense_update`` for ASGD) are the ``pack`` hook of the kit's ``ps_worker``.
 

@@ -1,4 +1,4 @@
-"""The staleness bookkeeping of AdaComp's parameter server (adacomp.txt Eq. 3, Alg. 2 line 7, the memory of Sec.
+"""The staleness bookkeeping of AdaComp's parameter server (AdaComp Eq. 3, Alg. 2 line 7, the memory of Sec.
 IV-d): sigma_k, the updates applied since a worker's pull that touched parameter k, exact and in bounded memory
 (``TouchHistory``), and the histograms of staleness the runs log (``Histogram``). The server that uses them is
 ``adacomp.py``'s.
@@ -88,7 +88,7 @@ class _Segment:
 
 
 class TouchHistory:
-    """sigma_k(j) of adacomp.txt Eq. 3 for the outstanding pull of every holder (worker), exact, in bounded memory.
+    """sigma_k(j) of AdaComp Eq. 3 for the outstanding pull of every holder (worker), exact, in bounded memory.
 
     ``record(touched)`` after each applied update (the entries it changed), ``pull(holder)`` when a holder
     receives the model, ``sigma(holder, index)`` for a push it computed on that model. The structure (segments

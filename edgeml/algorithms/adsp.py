@@ -1,6 +1,6 @@
-"""ADSP: adaptive synchronous parallel for heterogeneous edge workers (Hu, Wang and Wu, AAAI 2020; adsp.txt).
+"""ADSP: adaptive synchronous parallel for heterogeneous edge workers (Hu, Wang and Wu, AAAI 2020; ADSP).
 
-Nodes: a parameter server, a scheduler and M workers (adsp.txt Fig. 2).
+Nodes: a parameter server, a scheduler and M workers (ADSP Fig. 2).
 
 - **Worker** (Alg. 2): never waits. It trains mini-batch after mini-batch with local SGD at the local learning
   rate eta'(t) = lr * lr_decay^(t / lr_decay_s) (Sec. 5.1: "initialized to 0.1 and decays exponentially"),
@@ -150,7 +150,7 @@ class RewardFit:
 
 
 def fit_reward(times, losses, target: float, floor: float = 0.0, clock: str = "run") -> RewardFit:
-    """Reward of one trial (adsp.txt Sec. 4.2): r = 1 / (predicted time to reach the loss ``target``).
+    """Reward of one trial (ADSP Sec. 4.2): r = 1 / (predicted time to reach the loss ``target``).
 
     ``clock``: what t is. ``"run"`` (the paper's intent): the times as given, the run's clock, so r = 1 / t*,
     t* the time on the run's clock at which the fitted curve reaches the target; samples of one O(1/t) curve
@@ -367,4 +367,4 @@ def adsp_scheduler(node: Node) -> None:
 
 register(AlgorithmSpec("adsp", "Adaptive synchronous parallel: no waiting, commit rates searched online",
                        ADSPConfig, ps_nodes(adsp_server, adsp_worker, ("scheduler", adsp_scheduler)),
-                       "adsp.txt Sec. 3-4, Alg. 1-2", preload=("scipy.optimize",), display="ADSP"))  # the reward fit
+                       "ADSP Sec. 3-4, Alg. 1-2", preload=("scipy.optimize",), display="ADSP"))  # the reward fit

@@ -1,4 +1,4 @@
-"""ESync (esync.txt, Algorithms 1-2, Eqs. 4-8) and its baselines SSGD and standalone training.
+"""ESync (Algorithms 1-2, Eqs. 4-8) and its baselines SSGD and standalone training.
 
 **ESync.** Every communication round t starts from the global model w_t, which each device copies into a
 replica (Eq. 4). Before each local iteration a device asks the *State Server* whether to aggregate
@@ -44,7 +44,7 @@ averaged (all-reduce or parameter server, ``ssgd.aggregation``) and every replic
 equal speeds ESync does one local iteration per round and equals SSGD on the same batches (tested).
 
 **Standalone** (alias ``centralized``): one device trains on the whole training set with plain SGD, the
-accuracy reference of esync.txt Table 1 and the centralized baseline of snap.txt. It is device 0 of the
+accuracy reference of ESync Table 1 and the centralized baseline of SNAP. It is device 0 of the
 heterogeneity profile.
 
 ASGD, the asynchronous baseline, is ``asgd`` (``edgeml/algorithms/adacomp.py``).
@@ -73,7 +73,7 @@ if TYPE_CHECKING:
 @dataclass
 class SSGDConfig:
     lr: float = ranged(0.05, gt=0)
-    """Local learning rate eta. esync.txt Sec. 5 uses 0.001 (the authors' code 0.0005), which
+    """Local learning rate eta. ESync Sec. 5 uses 0.001 (the authors' code 0.0005), which
     experiments/esync.toml pins; the default learns within a default run's 20 s."""
     aggregation: Literal["allreduce", "ps"] = "allreduce"
     """How updates are averaged: the runtime's all-reduce among the devices, or a parameter server."""
@@ -141,7 +141,7 @@ class Record:
 
 def query_state(table: dict[int, Record], current: int, k: int, c: float, t_e: float, now: float,
                 eps: float, live: set[int] | None = None) -> bool:
-    """QUERY-STATE (esync.txt Alg. 2) for device ``current``, updating ``table`` in place; True = READY.
+    """QUERY-STATE (ESync Alg. 2) for device ``current``, updating ``table`` in place; True = READY.
 
     The slowest device is the live one with the largest capability (the lowest rank among equals). It has not
     completed the PULL of the current round when its round is behind the querying device's."""
@@ -371,10 +371,10 @@ def _nodes(device, with_state: bool):
 
 
 register(AlgorithmSpec("esync", "ESync: fast devices train locally until the slowest is ready (State Server)",
-                       ESyncConfig, _nodes(esync_device, True), "esync.txt Alg. 1-2", display="ESync"))
+                       ESyncConfig, _nodes(esync_device, True), "ESync Alg. 1-2", display="ESync"))
 register(AlgorithmSpec("ssgd", "Synchronous SGD: gradients averaged every step (all-reduce or PS)", SSGDConfig,
-                       _nodes(ssgd_device, False), "esync.txt Sec. 5", display="SSGD"))
+                       _nodes(ssgd_device, False), "ESync Sec. 5", display="SSGD"))
 register(AlgorithmSpec("standalone", "One device trains on the whole training set (the accuracy reference)",
-                       StandaloneConfig, lambda cfg: [("worker", standalone)], "esync.txt Table 1",
+                       StandaloneConfig, lambda cfg: [("worker", standalone)], "ESync Table 1",
                        display="Standalone"),
          "centralized")

@@ -1,4 +1,4 @@
-"""GoSGD (Blot et al.), the baseline of EdgeGossip (edgegossip.txt Sec. 2.1; Sec. 4.1's settings).
+"""GoSGD (Blot et al.), the baseline of EdgeGossip (its Sec. 2.1; Sec. 4.1's settings).
 
 Every platform (a worker) trains its own replica with mini-batch SGD and momentum on its local data and holds a
 mixing weight a_i (1/E at the start, E platforms). After each local step it pushes, with probability
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 @dataclass
 class GoSGDConfig:
     lr: float = ranged(0.01, gt=0)
-    """Learning rate of the local SGD (edgegossip.txt Sec. 4.1: 0.01)."""
+    """Learning rate of the local SGD (EdgeGossip Sec. 4.1: 0.01)."""
     momentum: float = ranged(0.9, ge=0, lt=1)
     """Momentum of the local SGD (Sec. 4.1: 0.9); the buffer stays local, mixing moves only the model."""
     gossip_prob: float = ranged(0.1, ge=0, le=1, zero="no gossip: the replicas never mix")
@@ -154,4 +154,4 @@ def gosgd_platform(node: Node) -> None:
 
 register(AlgorithmSpec("gosgd", "GoSGD: gossip of models and halved mixing weights, epochs end together",
                        GoSGDConfig, lambda cfg: [("worker", gosgd_platform)] * cfg.cluster.workers,
-                       "edgegossip.txt Sec. 2.1 (Blot et al.)", display="GoSGD"))
+                       "EdgeGossip Sec. 2.1 (Blot et al.)", display="GoSGD"))

@@ -1,7 +1,7 @@
-"""The parameter-server kit: what every PS algorithm shares, written once (adsp.txt Sec. 2.1, Eq. 1; Alg. 2).
+"""The parameter-server kit: what every PS algorithm shares, written once (ADSP Sec. 2.1, Eq. 1; Alg. 2).
 
 Workers send updates U (already scaled by their local learning rate eta') to a parameter server (PS), which
-applies W <- W - eta U with the global learning rate eta (Eq. 1 with mu = 0; eta = 1/M by default, adsp.txt
+applies W <- W - eta U with the global learning rate eta (Eq. 1 with mu = 0; eta = 1/M by default, ADSP
 Sec. 5.1) and returns W. An algorithm of the family is what differs from that:
 
 Server side
@@ -25,7 +25,7 @@ Worker side
   (BSP, SSP, ASP); ``pack(cfg, spans, U)`` turns U into the message's fields (AdaComp's top-c sparse encodings),
   ``scaled=False`` pushes g itself (ASGD and AdaComp, whose PS applies the rate) and ``fields(loss, reply)`` the
   push's other fields (the batch loss; AdaComp: the version of the model the gradient was computed on).
-- ``LocalWorker(node, cfg)``: local SGD between commits, accumulating U = sum eta'(t) g (adsp.txt Alg. 2 lines
+- ``LocalWorker(node, cfg)``: local SGD between commits, accumulating U = sum eta'(t) g (ADSP Alg. 2 lines
   6-7; ADSP, ADACOMM; ESync's local iterations); ``commit`` pushes U and continues from the returned model;
   ``timed_pull`` measures a commit's round trip before the first commit.
 
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
 def time_scale(job) -> float:
     """The run's unit for settings on the paper's time scale: 20 steps of the fastest device or 1/40 of the time
-    budget (``stop.max_time``), whichever is longer. adsp.txt's 60 s check period is many mini-batches long
+    budget (``stop.max_time``), whichever is longer. ADSP's 60 s check period is many mini-batches long
     and a small part of its hour-scale runs; with this unit a default 20 s run of 0.01 s steps gets 0.5 s
     periods, and a 1000 s run of 2 s steps 40 s periods (what experiments/adsp.toml chose by hand)."""
     return max(20 * job.base_step_s, job.cfg.stop.max_time / 40)
@@ -100,7 +100,7 @@ class LocalSGDConfig(PSConfig):
 
 
 def local_lr(lr: float, decay: float, decay_s: float, t: float) -> float:
-    """eta'(t) = lr * decay^(t / decay_s): exponential decay over time (adsp.txt Sec. 5.1)."""
+    """eta'(t) = lr * decay^(t / decay_s): exponential decay over time (ADSP Sec. 5.1)."""
     return lr * decay ** (t / decay_s)
 
 
@@ -111,7 +111,7 @@ Rule = Callable[["ParameterServer", "Message", int], None]
 
 
 def sgd_rule(ps: ParameterServer, msg: Message, staleness: int) -> None:
-    """W <- W - eta U (adsp.txt Eq. 1 with mu = 0; Alg. 2 PS line 3)."""
+    """W <- W - eta U (ADSP Eq. 1 with mu = 0; Alg. 2 PS line 3)."""
     ps.W.add_(msg["update"], alpha=-ps.eta)
 
 
@@ -216,7 +216,7 @@ def ps_worker(node: Node, pack: Pack = dense, *, scaled: bool = True,
               fields: Callable[[float, Message | None], dict[str, Any]] = with_loss) -> None:
     """Compute a mini-batch gradient g, push ``pack`` of U = eta' g (of g itself when not ``scaled``: a PS that
     applies the learning rate, as ASGD's) with ``fields(batch loss, the PS's last reply or None)``, continue from
-    the returned model. The encoding is part of the worker's step (adacomp.txt Alg. 1 lines 11-15: the gradient,
+    the returned model. The encoding is part of the worker's step (AdaComp Alg. 1 lines 11-15: the gradient,
     then its selection), so on real processes its time is computation, throttled with the gradient's."""
     trainer = node.trainer()
     ps = node.ranks("ps")[0]
@@ -237,7 +237,7 @@ def ps_worker(node: Node, pack: Pack = dense, *, scaled: bool = True,
 
 
 class LocalWorker:
-    """A worker's local SGD between commits: U = sum eta'(t) g over its local steps (adsp.txt Alg. 2 lines 6-7)."""
+    """A worker's local SGD between commits: U = sum eta'(t) g over its local steps (ADSP Alg. 2 lines 6-7)."""
 
     def __init__(self, node: Node, cfg: LocalSGDConfig):
         self.node = node

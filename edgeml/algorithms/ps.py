@@ -1,8 +1,8 @@
-"""Parameter-server baselines: BSP, SSP and ASP/TAP (adsp.txt Sec. 2.1-2.2), on the PS kit (``kit.py``).
+"""Parameter-server baselines: BSP, SSP and ASP/TAP (ADSP Sec. 2.1-2.2), on the PS kit (``kit.py``).
 
 Workers compute a mini-batch gradient g, push U = eta' g (local learning rate eta') to the PS, and continue
 from the model the PS returns. The PS applies W <- W - eta U with the global learning rate eta (Eq. 1 with
-mu = 0; default eta = 1/M, as in adsp.txt Sec. 5.1).
+mu = 0; default eta = 1/M, as in ADSP Sec. 5.1).
 
 - **BSP** (Valiant 1990): the PS waits for one update from every worker, applies them (in rank order), then
   returns the new model to all: every worker does the same number of steps.
@@ -48,7 +48,7 @@ def bsp_server(node: Node) -> None:
 
 
 register(AlgorithmSpec("bsp", "Bulk synchronous parallel: a barrier every step", PSConfig,
-                       ps_nodes(bsp_server, ps_worker), "adsp.txt Sec. 2.2", display="BSP"))
+                       ps_nodes(bsp_server, ps_worker), "ADSP Sec. 2.2", display="BSP"))
 
 
 def ssp_server(node: Node) -> None:
@@ -60,6 +60,6 @@ def asp_server(node: Node) -> None:
 
 
 register(AlgorithmSpec("ssp", "Stale synchronous parallel with staleness bound s", SSPConfig,
-                       ps_nodes(ssp_server, ps_worker), "adsp.txt Sec. 2.2", display="SSP"))
+                       ps_nodes(ssp_server, ps_worker), "ADSP Sec. 2.2", display="SSP"))
 register(AlgorithmSpec("asp", "Asynchronous parallel (TAP): every update applied on arrival", PSConfig,
-                       ps_nodes(asp_server, ps_worker), "adsp.txt Sec. 2.2", display="ASP"), "tap")
+                       ps_nodes(asp_server, ps_worker), "ADSP Sec. 2.2", display="ASP"), "tap")

@@ -1,11 +1,11 @@
-"""TernGrad (Wen et al. 2017, snap.txt's [19] and a baseline of its Sec. V): ternary gradients to the parameter
+"""TernGrad (Wen et al. 2017, SNAP's [19] and a baseline of its Sec. V): ternary gradients to the parameter
 server at a peer of SNAP's PS scheme (``peer_ps``, ``edgeml/algorithms/snap/programs.py``).
 
 Each layer of a gradient is clipped to ``clip`` standard deviations (2.5; 0: no clipping; TernGrad Sec. 3.3) and
 ternarized stochastically, t = s sign(g) b with b ~ Bernoulli(|g| / s) (TernGrad Eq. 4, unbiased), s = the layer's
 scaler max|g| (Sec. 3.1); with ``share_scalers`` the peers first send their scalers to the host, which returns the
 largest per layer, so all use the same (TernGrad's scaler sharing; 4L bytes each way). Values travel as
-``wire.ternary``, 2 bits each plus 4 bytes per layer; the model comes back in full precision (snap.txt Sec. V:
+``wire.ternary``, 2 bits each plus 4 bytes per layer; the model comes back in full precision (SNAP Sec. V:
 TernGrad encodes the worker-to-server direction). The host's own gradient never travels, so it enters the
 average unternarized and unclipped.
 """
@@ -97,4 +97,4 @@ class TernaryGradients(DenseGradients):
 
 register(AlgorithmSpec("terngrad", "TernGrad: ternary gradients (2 bits, per-layer scalers) to a PS at a peer",
                        TernGradConfig, peer_nodes(functools.partial(ps_peer, gradients=TernaryGradients())),
-                       "snap.txt Sec. V [19]", display="TernGrad"))
+                       "SNAP Sec. V [19]", display="TernGrad"))

@@ -9,7 +9,7 @@ rises back above 1.0 has not reached 0.9. The rules (``Target.rule``):
 - ``smoothed``: the first evaluation at which the mean of the last ``window`` evaluations meets the target.
 - ``first``: the first evaluation that meets the target (fragile; kept for comparison).
 - ``stopping``: the paper's own stopping rule as the run's config states it (``stop.loss_variance`` over
-  ``stop.window`` evaluations, adsp.txt Sec. 5.2): the first evaluation at which the population variance of
+  ``stop.window`` evaluations, ADSP Sec. 5.2): the first evaluation at which the population variance of
   the last ``window`` losses is below the threshold, exactly as the monitor decides it.
 
 A run that never got there is **censored**: its time, steps and bytes are known only to exceed what the run
@@ -39,8 +39,8 @@ UNITS = {"time": "s", "steps": "steps", "bytes": "bytes", "ingress": "bytes", "i
 COLUMNS = {"time": "time_s", "steps": "total_steps", "bytes": "total_bytes", "ingress": "ps_ingress_bytes",
            "iterations": "iterations", "cost": "total_byte_hops"}
 """Quantities spent until a target: time, steps, bytes sent by every node, bytes into the parameter server
-(adacomp.txt's ingress traffic), the algorithm's ``iterations`` counter, and the communication cost in
-byte-hops (snap.txt Sec. II-B); NaN without the column."""
+(AdaComp's ingress traffic), the algorithm's ``iterations`` counter, and the communication cost in
+byte-hops (SNAP Sec. II-B); NaN without the column."""
 TARGET_METRICS = ("time_to_target", "steps_to_target", "bytes_to_target", "ingress_to_target",
                   "iterations_to_target", "cost_to_target")
 """The metrics measured until a target, one per quantity of ``COLUMNS`` (claims and tables name them)."""

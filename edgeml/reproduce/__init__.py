@@ -43,7 +43,7 @@ Experiment file ``experiments/<paper>.toml``::
     [[figures]]                  # optional: a figure group's panels and what the paper says about them
     id = "fig5"                  # runs join it with figure = "fig5"; its files go to figures/fig5/
     title = "Fig. 5: ADSP against Fixed ADACOMM at four heterogeneity degrees"
-    cite = "adsp.txt Fig. 5"     # the paper's figure; captions cite it and nothing else
+    cite = "ADSP Fig. 5"     # the paper's figure; captions cite it and nothing else
     text = "..."                 # optional: what the paper's figure shows, for REPORT.md
     panels = ["bars", "convergence_time"]   # optional: the panels to draw (default: every one with data)
     against = [{ x = "cluster.hetero", y = ["time_to_target"] }]   # optional: metrics against a swept

@@ -30,7 +30,7 @@ cost in the run's topology, ``edgeml.world.World.message``, behind the sender's 
 message at a time; messages between two nodes arrive in the order they were sent), whether it is lost (a
 failed link or no path left, a transient miss, or the destination is dead when it would arrive: the sender's
 ``last_lost``), and its bytes and byte-hops
-(bytes x links crossed, snap.txt Sec. II-B). ``push`` first waits the environment's random wait
+(bytes x links crossed, SNAP Sec. II-B). ``push`` first waits the environment's random wait
 (``cluster.random_wait_s``, counted as waiting). A backend only delivers a
 message at its arrival time (``sim`` schedules an event, ``procs`` has the receiver hold it until then) and
 waits. Wire size of a message: the bytes of its tensors plus 8 bytes per scalar (int, float or bool). Tags
@@ -136,7 +136,7 @@ class Counters:
     messages_recv: int = 0
     bytes_recv: int = 0
     byte_hops: int = 0
-    """Bytes sent x links crossed (snap.txt Sec. II-B's communication cost)."""
+    """Bytes sent x links crossed (SNAP Sec. II-B's communication cost)."""
     counts: dict[str, float] = field(default_factory=dict)
     """The algorithm's progress counters (``Node.count``)."""
 
@@ -461,7 +461,7 @@ class Node:
     def push(self, dst: int, tag: str, *, detour: bool = False, **data: Any) -> int:
         """``send``, marked as a failure point: with ``cluster.crash_prob`` p, a worker fails right after it
         (the papers' "fails after a push"). Queries, replies and control messages use ``send``. It first waits
-        the environment's random wait (``cluster.random_wait_s``; adacomp.txt Sec. IV-A), counted as waiting."""
+        the environment's random wait (``cluster.random_wait_s``; AdaComp Sec. IV-A), counted as waiting."""
         wait = self.world.random_wait(self._waits)
         if wait > 0:
             t0 = self.now()

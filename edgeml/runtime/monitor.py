@@ -190,7 +190,7 @@ def time_to(evals: list[dict], key: str, target: float, below: bool) -> float | 
 
 
 def _spread(workers: list[NodeReport], duration: float) -> float | None:
-    """Largest minus smallest share of its alive time a worker spent computing (esync.txt Fig. 5's balance)."""
+    """Largest minus smallest share of its alive time a worker spent computing (ESync Fig. 5's balance)."""
     shares = [r.counters.compute_s / end for r in workers
               if (end := r.crashed_at if r.crashed_at is not None else duration) > 0]
     return max(shares) - min(shares) if shares else None

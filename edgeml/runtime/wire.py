@@ -10,13 +10,13 @@ Layers are given as ``(offset, size)`` spans of the flat vector (``Trainer.spans
 
 - dense: the float32 vector itself, 4N bytes.
 - sparse: int32 indices and float32 values, 8K bytes for K entries (the count is the tensors' length).
-- sparse per layer (AdaComp, adacomp.txt Sec. IV: top-c of each weight matrix and bias vector separately): a
+- sparse per layer (AdaComp, AdaComp Sec. IV: top-c of each weight matrix and bias vector separately): a
   header of one int32 entry count per layer, then layer-local int32 indices and float32 values, grouped by
   layer: 4L + 8K bytes.
 - ternary (TernGrad, as SNAP's baseline): values in {-1, 0, +1} x a per-layer scaler; 2 bits per value,
   four values to a byte (value i in bits 2(i mod 4)..2(i mod 4)+1 of byte i // 4; codes 0 -> 0, 1 -> +1,
   2 -> -1), then one float32 scaler per layer: ceil(N/4) + 4L bytes.
-- SNAP frames (snap.txt Sec. IV-C, Fig. 3). Of N parameters, M are not sent (their change is below the
+- SNAP frames (SNAP Sec. IV-C, Fig. 3). Of N parameters, M are not sent (their change is below the
   threshold; the receiver keeps its previous values for them) and N - M are. Frame 1 carries the number M
   (a 4-byte integer), the M indices not sent (4 bytes each), then the N - M sent values in increasing index
   order: 4 + 4M + w(N - M) bytes for w-byte values, the paper's 4 + 8N - 4M with w = 8. Frame 2 carries

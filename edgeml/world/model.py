@@ -20,7 +20,7 @@ each message sent to a neighbour misses with that probability instead (``Misses`
 seeded stream, and the sender learns of it.
 Each message's flight gains a seeded jitter drawn uniformly from [0, ``jitter_s``].
 
-Random waits (adacomp.txt Sec. IV-A: "a random waiting time, for each worker, between the effective
+Random waits (AdaComp Sec. IV-A: "a random waiting time, for each worker, between the effective
 computation time and the push"): exponential with mean ``cluster.random_wait_s`` (memoryless, so the order of
 pushes is random) or uniform on [0, 2 x mean]; drawn from the node's own seeded stream (``rng``).
 

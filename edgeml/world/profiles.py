@@ -4,15 +4,15 @@ Speeds are *step-time factors* relative to the fastest device (factor 1): ``sim`
 durations, ``procs`` sleeps each step up to ``base_step_s * factor`` (throttling); ``edgeml.world`` applies them.
 
 Named profiles (``cluster.hetero``):
-- ``homogeneous``; explicit step-time ratios ``1:1:3`` (adsp.txt Sec. 2.3, one entry per worker; ``r*k`` repeats a
+- ``homogeneous``; explicit step-time ratios ``1:1:3`` (ADSP Sec. 2.3, one entry per worker; ``r*k`` repeats a
   ratio for k workers: ``1*60:19*80:199*60``);
-- ``H=3.2``: heterogeneity degree H = mean(v)/min(v) of speeds v (adsp.txt Sec. 5.2). Speeds are spread
+- ``H=3.2``: heterogeneity degree H = mean(v)/min(v) of speeds v (ADSP Sec. 5.2). Speeds are spread
   evenly over [1, 2H - 1], whose mean is H (the paper does not say how it spread them);
-- ``ec2``: ADSP's 18-worker EC2 mix (7 t2.large, 5 t2.xlarge, 4 t2.2xlarge, 2 t3.xlarge; adsp.txt Sec. 5.1),
+- ``ec2``: ADSP's 18-worker EC2 mix (7 t2.large, 5 t2.xlarge, 4 t2.2xlarge, 2 t3.xlarge; ADSP Sec. 5.1),
   scaled to any worker count by keeping the proportions. Relative speeds 1, 1.8, 3.2, 2.0 are our estimate
   of CNN training throughput on 2, 4, 8 and 4 vCPUs (the paper gives none);
-- ``adacomp-3class``: 30% fast, 40% ten times slower, 30% a hundred times slower (adacomp.txt Sec. V);
-- ``cpu-gpu``: ESync's mix (esync.txt Sec. 5): a third of devices are CPUs, the slowest ~117x the fastest
+- ``adacomp-3class``: 30% fast, 40% ten times slower, 30% a hundred times slower (AdaComp Sec. V);
+- ``cpu-gpu``: ESync's mix (ESync Sec. 5): a third of devices are CPUs, the slowest ~117x the fastest
   GPU (3.5 s vs 0.03 s per batch).
 """
 
@@ -27,10 +27,10 @@ from edgeml.schema import did_you_mean
 PROFILES = {
     "homogeneous": "all workers equally fast",
     "A:B:C": "explicit step-time ratios, one per worker (e.g. 1:1:3; r*k repeats r for k workers: 1*6:3*2)",
-    "H=x": "heterogeneity degree H = mean(speed)/min(speed), speeds spread evenly (adsp.txt Sec. 5.2)",
+    "H=x": "heterogeneity degree H = mean(speed)/min(speed), speeds spread evenly (ADSP Sec. 5.2)",
     "ec2": "ADSP's EC2 mix: 7 t2.large, 5 t2.xlarge, 4 t2.2xlarge, 2 t3.xlarge per 18 workers",
-    "adacomp-3class": "30% fast, 40% 10x slower, 30% 100x slower (adacomp.txt)",
-    "cpu-gpu": "ESync's CPU/GPU mix: a third CPUs, slowest ~117x the fastest (esync.txt)",
+    "adacomp-3class": "30% fast, 40% 10x slower, 30% 100x slower (AdaComp)",
+    "cpu-gpu": "ESync's CPU/GPU mix: a third CPUs, slowest ~117x the fastest (ESync)",
 }
 
 _EC2 = [(7, 1.0), (5, 1.8), (4, 3.2), (2, 2.0)]  # (count per 18 workers, relative speed)
@@ -101,5 +101,5 @@ def speeds(profile: str, n: int) -> list[float]:
 
 
 def heterogeneity_degree(v: list[float]) -> float:
-    """H = mean(v) / min(v) (adsp.txt Sec. 5.2)."""
+    """H = mean(v) / min(v) (ADSP Sec. 5.2)."""
     return sum(v) / len(v) / min(v)

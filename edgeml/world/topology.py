@@ -7,7 +7,7 @@ Routing. A message follows a shortest path by hop count. Ties are broken the way
 node forwards to its lowest-numbered neighbour that is one hop closer to the destination, so a route is the
 lexicographically smallest shortest path and every suffix of a route is itself a route. Messages between
 direct neighbours use their link only: when it is down the message is lost (SNAP's neighbour exchange,
-snap.txt Sec. IV-D: the receiver then uses that neighbour's latest values), unless the sender asks for a detour
+SNAP Sec. IV-D: the receiver then uses that neighbour's latest values), unless the sender asks for a detour
 (``detour=True``: traffic that the network routes, such as a parameter server's). Other messages are routed
 around failed links and are lost only when no path is left.
 
@@ -22,7 +22,7 @@ delay). The sender's first link carries one message after another: ``Route.delay
 time separately. On the default star, where every path is access link up, hub, access link down, this is the
 per-worker access-link model: latency(a) + latency(b) + B / min(up(a), down(b)).
 
-Communication cost (snap.txt Sec. II-B): a flow of B bytes over h hops costs B x h byte-hops. On the star a
+Communication cost (SNAP Sec. II-B): a flow of B bytes over h hops costs B x h byte-hops. On the star a
 message between two ranks crosses two links (through the hub), so it costs 2B.
 
 Failures. An ``Outage`` takes a set of links down for [start, end). Routes are computed once per failure
@@ -183,7 +183,7 @@ class Topology:
         return None if r is None else r.delay(nbytes)
 
     def byte_hops(self, src: int, dst: int, nbytes: int, t: float = 0.0) -> int | None:
-        """Communication cost of one flow (snap.txt Sec. II-B): bytes x hops; ``None`` when it is lost."""
+        """Communication cost of one flow (SNAP Sec. II-B): bytes x hops; ``None`` when it is lost."""
         r = self.route(src, dst, t)
         return None if r is None else nbytes * r.hops
 
@@ -370,7 +370,7 @@ def random_outage(topology: Topology, fraction: float, *, start: float = 0.0, en
     """round(fraction x links) links, drawn with ``seed``, down from ``start`` until ``end``.
 
     With ``keep_connected`` (the default) links are tried in a random order and each fails unless that would
-    cut the network in two: SNAP measures iterations to converge with 1-5% of links unavailable (snap.txt
+    cut the network in two: SNAP measures iterations to converge with 1-5% of links unavailable (SNAP
     Fig. 9), which a partitioned network never reaches. Without it any links may fail, and nodes may be cut
     off (their messages are lost)."""
     if not 0.0 <= fraction <= 1.0:

@@ -1,4 +1,4 @@
-"""EdgeGossip (edgegossip.txt Sec. 3: Eq. 1, Algorithms 1-2): GoSGD (``edgeml.algorithms.gosgd``, Sec. 2.1) with
+"""EdgeGossip (Sec. 3: Eq. 1, Algorithms 1-2): GoSGD (``edgeml.algorithms.gosgd``, Sec. 2.1) with
 three additions, one module each.
 
 - ``aggregation``: the input data aggregator (Sec. 3.2, Eq. 1): class-wise reduction, division into subsets and

@@ -1,4 +1,4 @@
-"""EdgeGossip's input data aggregator (edgegossip.txt Sec. 3.2, Eq. 1; Sec. 4.2-4.3; Table 3's costs).
+"""EdgeGossip's input data aggregator (EdgeGossip Sec. 3.2, Eq. 1; Sec. 4.2-4.3; Table 3's costs).
 
 Once before training, within each class: a dimensionality reduction (``svd``: each point's 10 largest singular
 values, d' = 10; ``isvd``: incremental SVD, d' = log2(0.1 d / ratio) as in Sec. 4.3; ``hash``: feature hashing,

@@ -1,4 +1,4 @@
-"""EdgeGossip's gossip training balancer and the accuracy-aware trainer's plan (edgegossip.txt Sec. 3.3-3.4,
+"""EdgeGossip's gossip training balancer and the accuracy-aware trainer's plan (EdgeGossip Sec. 3.3-3.4,
 Algorithms 1 and 2).
 
 - *Balancer* (Algorithm 1, ``balance``), before every epoch, on every platform from the throughputs all

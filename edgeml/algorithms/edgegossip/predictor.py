@@ -1,4 +1,4 @@
-"""EdgeGossip's performance predictor (edgegossip.txt Sec. 3.3; the overhead of Fig. 11).
+"""EdgeGossip's performance predictor (EdgeGossip Sec. 3.3; the overhead of Fig. 11).
 
 A regression RG(U) of a platform's slowdown from the co-running load U = (cpu, net, disk) (``node.load()``),
 fitted on the platform's own samples (load over a window of ``sample_steps`` steps, measured time per data

@@ -1,4 +1,4 @@
-"""EdgeGossip's platform program (edgegossip.txt Sec. 3: Eq. 1, Algorithms 1-2), GoSGD's platform with three
+"""EdgeGossip's platform program (EdgeGossip Sec. 3: Eq. 1, Algorithms 1-2), GoSGD's platform with three
 additions, and its config and registry entry.
 
 Once before training a platform builds its aggregated points (Sec. 3.2, Eq. 1; ``aggregation``). Every epoch
@@ -198,7 +198,7 @@ class EdgePlatform(Platform):
 
     def read_load(self) -> tuple[float, float, float]:
         """``node.load()``, timed on the node's clock: collecting the co-running load is the predictor's
-        overhead of edgegossip.txt Fig. 11."""
+        overhead of EdgeGossip Fig. 11."""
         t0 = self.node.now()
         load = self.node.load()
         self.readings.append(self.node.now() - t0)
@@ -236,4 +236,4 @@ def edgegossip_platform(node: Node) -> None:
 register(AlgorithmSpec("edgegossip", "EdgeGossip: predicted balancing and accuracy-aware training over "
                        "aggregated points, on GoSGD", EdgeGossipConfig,
                        lambda cfg: [("worker", edgegossip_platform)] * cfg.cluster.workers,
-                       "edgegossip.txt Sec. 3, Alg. 1-2, Eq. 1", display="EdgeGossip"))
+                       "EdgeGossip Sec. 3, Alg. 1-2, Eq. 1", display="EdgeGossip"))

@@ -1,4 +1,4 @@
-"""SNAP (snap.txt): decentralized EXTRA with an optimized weight matrix and selective parameter exchange, and
+"""SNAP: decentralized EXTRA with an optimized weight matrix and selective parameter exchange, and
 the baselines of its evaluation (Sec. V): SNAP-0, SNO and a parameter server at a peer.
 
 - ``weights``: the weight matrix W, Eq. (24) and the optimized one of problems (21)-(23) (Sec. IV-B).

@@ -1,4 +1,4 @@
-"""SNAP's selective exchange (snap.txt Sec. IV-C, Algorithm 1, Eqs. 25-27), run by each peer by itself: which
+"""SNAP's selective exchange (SNAP Sec. IV-C, Algorithm 1, Eqs. 25-27), run by each peer by itself: which
 changed parameters a peer sends its neighbours, and the APE threshold that decides it.
 
 The APE threshold T starts at ``threshold`` x the mean parameter magnitude of x^0 (Sec. V: 10%); in a stage a

@@ -1,4 +1,4 @@
-"""SNAP's peers (snap.txt Sec. IV-A, IV-D; Eqs. 6-8) and the parameter server at a peer of its evaluation (Sec.
+"""SNAP's peers (SNAP Sec. IV-A, IV-D; Eqs. 6-8) and the parameter server at a peer of its evaluation (Sec.
 V): EXTRA among neighbours on a round clock, the configs of ``snap``, ``snap0``, ``sno`` and ``peer_ps``, and their
 registration. The weight matrix is ``weights.py``'s, the selective exchange ``ape.py``'s.
 
@@ -384,12 +384,12 @@ SOLVER = ("cvxpy", "scipy.sparse")
 """The weight matrix's solver (``weights.optimal_weights``): a second to import, so procs loads it before the clock."""
 
 register(AlgorithmSpec("snap", "SNAP: EXTRA among neighbours, optimized weights, only changes above the APE bound",
-                       SNAPConfig, peer_nodes(exchange_peer), "snap.txt Sec. IV, Alg. 1", preload=SOLVER,
+                       SNAPConfig, peer_nodes(exchange_peer), "SNAP Sec. IV, Alg. 1", preload=SOLVER,
                        display="SNAP"))
 register(AlgorithmSpec("snap0", "SNAP-0: SNAP sending every changed parameter (APE threshold 0)", SNAP0Config,
-                       peer_nodes(exchange_peer), "snap.txt Sec. V", preload=SOLVER, display="SNAP-0"), "snap-0")
+                       peer_nodes(exchange_peer), "SNAP Sec. V", preload=SOLVER, display="SNAP-0"), "snap-0")
 register(AlgorithmSpec("sno", "Select Neighbour Only: EXTRA among neighbours, every parameter every round",
-                       ExchangeConfig, peer_nodes(functools.partial(exchange_peer, send_all=True)), "snap.txt Sec. V",
+                       ExchangeConfig, peer_nodes(functools.partial(exchange_peer, send_all=True)), "SNAP Sec. V",
                        preload=SOLVER, display="SNO"))
 register(AlgorithmSpec("peer_ps", "Synchronous parameter server hosted at a peer, gradients routed over the "
-                       "topology", PeerConfig, peer_nodes(ps_peer), "snap.txt Sec. V", display="PS"))
+                       "topology", PeerConfig, peer_nodes(ps_peer), "SNAP Sec. V", display="PS"))

@@ -1,4 +1,4 @@
-"""SNAP's weight matrix W (snap.txt Sec. IV-B, Eqs. 12-24, Theorems 2-3), computed once at set-up from the whole
+"""SNAP's weight matrix W (SNAP Sec. IV-B, Eqs. 12-24, Theorems 2-3), computed once at set-up from the whole
 peer graph (the neighbour sets are known in advance).
 
 EXTRA (Sec. IV-A, Eqs. 6-8) needs W symmetric and doubly stochastic with w_ij = 0 off the graph. Two candidates

@@ -39,7 +39,7 @@ def _bar(ax, x: float, width: float, lo: np.ndarray, hi: np.ndarray, colour) -> 
 
 
 def bars(reach: pd.DataFrame, target: str, context: str = "") -> Figure:
-    """Convergence time and steps per method (the papers' bar charts, e.g. adsp.txt Fig. 4(b), 4(c), 5(e)).
+    """Convergence time and steps per method (the papers' bar charts, e.g. ADSP Fig. 4(b), 4(c), 5(e)).
 
     ``reach``: one row per run and seed with method, setting, time_lo, time_hi, steps_lo, steps_hi (hi
     infinite where the run never reached ``target``). With settings, bars are grouped by setting."""
@@ -144,7 +144,7 @@ def throughput(summary: pd.DataFrame, context: str = "") -> Figure:
 
 
 def accuracy(summary: pd.DataFrame, test_samples: int | None = None, context: str = "") -> Figure:
-    """Best and final test accuracy per run (adacomp.txt Table II: one row per setting): each seed a small dot,
+    """Best and final test accuracy per run (AdaComp Table II: one row per setting): each seed a small dot,
     the mean a large one with its 95% bootstrap interval, on an axis zoomed to the values, so the interval, not
     the axis, says how large a difference is; ``test_samples``, when every run evaluated on that many, is drawn
     as the resolution (one test sample's share of the accuracy)."""

@@ -138,7 +138,7 @@ def coinciding(drawn: list[tuple[str, str, list]]) -> dict[str, str]:
 
 
 def cost_per_iteration(evals: pd.DataFrame, context: str = "") -> Figure:
-    """Communication cost (bytes x hops, snap.txt Sec. II-B) per iteration and in total against iterations (the
+    """Communication cost (bytes x hops, SNAP Sec. II-B) per iteration and in total against iterations (the
     ``iterations`` counter): a line per run, a 95% band over seeds. Per iteration is the cost between two
     evaluations over the iterations between them, the evaluations taken at least a fiftieth of the run's
     iterations apart: the counter and the bytes are read at slightly different moments (in procs, of different

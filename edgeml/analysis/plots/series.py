@@ -40,7 +40,7 @@ def staleness(df: pd.DataFrame, context: str = "") -> Figure:
 def staleness_hist(df: pd.DataFrame, context: str = "") -> Figure:
     """Histograms of staleness in power-of-two bins (rows ``updates, kind, lo, hi, count``, cumulative: the last
     write of each run and seed counts), summed over seeds, one line per run: the global staleness of each update
-    and, where logged, the per-parameter staleness of each received entry (adacomp.txt Eq. 3)."""
+    and, where logged, the per-parameter staleness of each received entry (AdaComp Eq. 3)."""
     runs = order_of(df, "run")
     colours = dict(zip(runs, sns.color_palette("tab10" if len(runs) <= 10 else "husl", len(runs))))
     last = df[df["updates"] == df.groupby(["run", "seed"])["updates"].transform("max")]
@@ -115,7 +115,7 @@ def commits(df: pd.DataFrame, context: str = "") -> Figure:
 
     Rows of one checkpoint may carry different timestamps (procs stamps each worker's row as it is written), so
     rows are grouped by the ``checkpoint`` column, drawn at the checkpoint's first timestamp. Theorem 2 of
-    adsp.txt: with commit rates dC_i = C_target - c_i, all workers' counts stay roughly equal."""
+    ADSP: with commit rates dC_i = C_target - c_i, all workers' counts stay roughly equal."""
     st = Styles.of(df)
     fig, axes = new_figure(1, 2, 11, 4.6)
     at = df.groupby(["run", "seed", "checkpoint"])["time_s"].transform("min")
@@ -141,12 +141,12 @@ def commits(df: pd.DataFrame, context: str = "") -> Figure:
     axes[1].yaxis.set_major_locator(MaxNLocator(integer=True))
     axes[1].set_ylim(-0.15, max(1.0, float(spread["spread"].max())) + 0.5)  # a spread of 0 stays visible
     st.legend(fig, lines=False)
-    panel_title(fig, "Commit counts of the workers at each checkpoint (adsp.txt Theorem 2)", context)
+    panel_title(fig, "Commit counts of the workers at each checkpoint (ADSP Theorem 2)", context)
     return fig
 
 
 def trials(df: pd.DataFrame, context: str = "") -> Figure:
-    """The online search of adsp.txt Alg. 1: each trial's reward against the commit rate it tried, a line per
+    """The online search of ADSP Alg. 1: each trial's reward against the commit rate it tried, a line per
     search (epoch) and run; the search stops at the first rate whose reward is lower."""
     st = Styles.of(df)
     fig, axes = new_figure(1, 1, 8, 4.8)
@@ -158,14 +158,14 @@ def trials(df: pd.DataFrame, context: str = "") -> Figure:
     axes[0].set_ylabel("reward (1 / predicted time to the target loss)")
     axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))
     st.legend(fig, lines=False)
-    panel_title(fig, "Rewards of the commit-rate search, a line per epoch (adsp.txt Alg. 1)", context)
+    panel_title(fig, "Rewards of the commit-rate search, a line per epoch (ADSP Alg. 1)", context)
     return fig
 
 
 def rounds(df: pd.DataFrame, context: str = "") -> Figure:
     """Synchronous rounds in which devices train locally (ESync): each device's local iterations per round, and
     the longest it waited at an aggregation against its capability (the duration of one of its iterations;
-    esync.txt Alg. 2 keeps the wait below the capability plus the State Server's epsilon)."""
+    ESync Alg. 2 keeps the wait below the capability plus the State Server's epsilon)."""
     st = Styles.of(df)
     fig, axes = new_figure(1, 2, 11, 4.6)
     df = df.assign(device=df["rank"] - df.groupby("run")["rank"].transform("min"))
@@ -198,7 +198,7 @@ def rounds(df: pd.DataFrame, context: str = "") -> Figure:
 
 
 def exchange(df: pd.DataFrame, context: str = "") -> Figure:
-    """SNAP's selective exchange (snap.txt Sec. IV-C, Fig. 4(b)): the fraction of the values its frames could
+    """SNAP's selective exchange (SNAP Sec. IV-C, Fig. 4(b)): the fraction of the values its frames could
     carry that the peers sent, per iteration (summed over peers, mean over seeds; SNO sends every value, SNAP-0
     every changed one), and the APE threshold in force (mean over peers and seeds; 0 for SNAP-0 and SNO, left
     out), both on log axes; each run's markers start at their own offset, so that equal lines stay told apart.
@@ -237,7 +237,7 @@ def exchange(df: pd.DataFrame, context: str = "") -> Figure:
     axes[1].set_ylabel("APE threshold T (mean over servers)")
     axes[1].set_title("the APE threshold in force (SNAP-0, SNO: 0)")
     st.legend(fig)
-    panel_title(fig, "Selective exchange: the values sent and the APE threshold per iteration (snap.txt Sec. IV-C)",
+    panel_title(fig, "Selective exchange: the values sent and the APE threshold per iteration (SNAP Sec. IV-C)",
                 context)
     return fig
 
@@ -249,7 +249,7 @@ def epochs(df: pd.DataFrame, context: str = "") -> Figure:
     """Epoch-based gossip training (EdgeGossip, GoSGD): each platform's data ratio r_i per epoch, a line per
     platform (mean over seeds), the predicted against the measured training time of each epoch (points on the
     dashed line are exact predictions), and, where the runs recorded the co-running load each epoch trained
-    under, the prediction error against that load (edgegossip.txt Fig. 9: error against the co-running
+    under, the prediction error against that load (EdgeGossip Fig. 9: error against the co-running
     workload's size). The load is the busiest resource's (CPU in cores, network and disk as fractions of
     capacity), and the epoch is a CPU epoch when CPU is that resource, an I/O epoch otherwise (idle: none above
     0.05); the lines are the mean error per 0.1 of load."""
