@@ -472,8 +472,11 @@ def _main() -> None:
         for param in command.params:
             param.metavar = METAVARS.get(param.name, param.metavar)
     if len(sys.argv) > 1 and sys.argv[1] not in cli.commands and not sys.argv[1].startswith("-"):
-        from edgeml.algorithms import ALIASES, REGISTRY
-
+        try:
+            from edgeml.algorithms import ALIASES, REGISTRY  # loads the plugins, whose faults are the user's
+        except UserError as exc:
+            err.print(Text.assemble(("error: ", "red"), str(exc)), soft_wrap=True)
+            sys.exit(2)
         if sys.argv[1].lower() in REGISTRY or sys.argv[1].lower() in ALIASES:  # the design card's `edgeml adsp`
             err.print(Text.assemble(("error: ", "red"), f"no command {sys.argv[1]!r}: run an algorithm with "
                                     f"edgeml run {sys.argv[1]} (see edgeml --help)"), soft_wrap=True)

@@ -22,7 +22,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from edgeml.errors import UserError
-from edgeml.schema import COMMON_SECTIONS, Config, check_fields, did_you_mean, unknown_keys, update_section
+from edgeml.schema import (COMMON_SECTIONS, Config, check_fields, check_limits, did_you_mean, unknown_keys,
+                           update_section)
 
 
 # --------------------------------------------------------------------------------------------- parsing
@@ -142,6 +143,7 @@ def validate(cfg: Config, *, paths: bool = True) -> None:
         check_fields(name, getattr(cfg, name))
     if cfg.algo is not None:
         check_fields(cfg.run.algorithm, cfg.algo)
+    check_limits(cfg)  # before the world is built: a billion workers would exhaust memory building it
     s = cfg.stop
     if not (s.max_time or s.max_steps or s.target_accuracy or s.target_loss or s.loss_variance or s.plateau):
         raise UserError("no stopping rule: set stop.max_time, stop.max_steps, a target, stop.loss_variance or "

@@ -128,10 +128,11 @@ class RunSection:
     out: str = "runs"
     """Parent directory of run directories (created when missing; must be writable)."""
     name: str = ""
-    """Run directory name (one path component); empty means ``<algorithm>-<dataset>-w<workers>-s<seed>-<time>``."""
+    """Run directory name (one path component of at most ``NAME_MAX_BYTES`` bytes); empty means
+    ``<algorithm>-<dataset>-w<workers>-s<seed>-<time>``."""
     threads: int = ranged(1, ge=1)
     """torch threads per worker process (one per process keeps many workers from oversubscribing cores); sim
-    runs with this many too."""
+    runs with this many too. At most this machine's cores."""
     max_procs_per_core: int = ranged(16, ge=1)
     """procs: refuse a run of more node processes than this per core of the host (use the sim backend)."""
 
@@ -273,8 +274,9 @@ class StopSection:
 
 @dataclass
 class EvalSection:
-    interval: float = ranged(1.0, gt=0)
-    """Evaluate the global model every this many seconds on the run's clock."""
+    interval: float = ranged(1.0, ge=0.001)
+    """Evaluate the global model every this many seconds on the run's clock (at least 1 ms; at most
+    ``MAX_EVALUATIONS`` evaluations in ``stop.max_time``)."""
     test_samples: int = ranged(2000, ge=0, zero="all test samples")
     """Evaluate on this many test samples (a fixed subset); 0 uses all."""
     models: Literal["average", "mean", "worst"] = "average"
@@ -351,6 +353,85 @@ class Config:
         return out
 
 
+
+
+# --------------------------------------------------------------------------------------------- limits
+
+NAME_MAX_BYTES = 200
+"""The longest run directory name (``run.name``), in UTF-8 bytes: file systems take 255 per path component; the
+rest is room for what is appended to one (``-s<seed>``, ``.tmp``)."""
+PATH_MAX_BYTES = 3800
+"""The longest path a setting may hold (``run.out``, ``data.root``, ``load.dir``), in UTF-8 bytes: Linux takes
+4096, and the files of a run directory go below it."""
+MAX_EVALUATIONS = 100_000
+"""Evaluations one run may make (``stop.max_time / eval.interval``): each is a forward pass over the test
+samples, so more would outlast any budget."""
+NODE_MIB = {"sim": 0.125, "procs": 16.0}
+"""The least memory one node takes, in MiB, by backend (measured with the smallest model: a sim node's state and
+coroutine; a procs node's own pages, forked from a parent that holds torch); a model's copies come on top."""
+
+
+def _short(text: str, width: int = 40) -> str:
+    return repr(text) if len(text) <= width else repr(text[:width]) + "..."
+
+
+def _spans_machines() -> bool:
+    """Launched by torchrun (as ``edgeml.runtime.procs.torchrun`` tells it): the nodes share no host's memory."""
+    import os
+
+    return "TORCHELASTIC_RUN_ID" in os.environ or {"RANK", "WORLD_SIZE", "MASTER_ADDR"} <= set(os.environ)
+
+
+def check_limits(cfg: Config) -> None:
+    """The upper bounds that depend on the host or on several fields, checked before anything is built (a
+    billion workers would exhaust memory building the node list): names and paths within what file systems
+    take, ``run.threads`` within this machine's cores, ``cluster.workers`` within its memory, and the
+    evaluations of a run within ``MAX_EVALUATIONS``."""
+    import os
+
+    size = len(cfg.run.name.encode())
+    if size > NAME_MAX_BYTES:
+        raise UserError(f"run.name = {_short(cfg.run.name)} is {size} bytes long: use a name of 1 to "
+                        f"{NAME_MAX_BYTES} bytes (--name)")
+    for key, value in (("run.out", cfg.run.out), ("data.root", cfg.data.root), ("load.dir", cfg.load.dir)):
+        with_name = key == "run.out" and bool(cfg.run.name)
+        size = len(os.fsencode(value)) + (len(cfg.run.name.encode()) + 1 if with_name else 0)
+        if size > PATH_MAX_BYTES:
+            raise UserError(f"{key} = {_short(value)} is {size} bytes long{' with run.name' if with_name else ''}: "
+                            f"use a path of at most {PATH_MAX_BYTES} bytes")
+        longest = max((len(os.fsencode(part)) for part in value.split("/")), default=0)
+        if longest > 255:
+            raise UserError(f"{key} = {_short(value)} has a folder name of {longest} bytes: use folder names of at "
+                            f"most 255 bytes")
+    cores = os.cpu_count() or 1
+    if cfg.run.threads > cores:
+        raise UserError(f"run.threads = {cfg.run.threads} is more than this machine's {cores} cores: use a whole "
+                        f"number in [1, {cores}]")
+    s, interval = cfg.stop, cfg.eval.interval
+    if s.max_time and s.max_time / interval > MAX_EVALUATIONS:
+        raise UserError(f"eval.interval = {interval:g} makes {s.max_time / interval:.3g} evaluations in "
+                        f"stop.max_time = {s.max_time:g} s, more than {MAX_EVALUATIONS}: use eval.interval >= "
+                        f"{s.max_time / MAX_EVALUATIONS:g} (or a shorter stop.max_time)")
+    backend = cfg.run.backend
+    if backend == "procs" and _spans_machines():
+        return
+    import psutil
+
+    total = psutil.virtual_memory().total
+    per = NODE_MIB[backend] * 2**20
+    most = max(1, int(total // per) - 1)  # an algorithm's other nodes (a parameter server) take one share
+    if cfg.cluster.workers > most:
+        raise UserError(f"cluster.workers = {cfg.cluster.workers} needs at least {_bytes(cfg.cluster.workers * per)} "
+                        f"of memory on the {backend} backend ({NODE_MIB[backend]:g} MiB a worker), more than this "
+                        f"machine's {_bytes(total)}: use a whole number in [1, {most}]")
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.3g} {unit}"
+        n /= 1024
+    return f"{n:.3g} PiB"  # pragma: no cover
 
 
 # --------------------------------------------------------------------------------------------- values

@@ -153,9 +153,10 @@ def adacomm_server(node: Node, adapt: bool) -> None:
             ps.reply(w, tau=tau)
 
 
+ADACOMM_DECISIONS = ("tau", "tau_trial", "loss", "loss0")
 register(AlgorithmSpec("adacomm", "Local-update SGD with a barrier every tau steps, tau adapted to the loss",
                        AdacommConfig, ps_nodes(partial(adacomm_server, adapt=True), adacomm_worker),
-                       "ADSP Sec. 2.2, 5.1; Wang and Joshi 2018", display="ADACOMM"))
+                       "ADSP Sec. 2.2, 5.1; Wang and Joshi 2018", display="ADACOMM", decisions=ADACOMM_DECISIONS))
 register(AlgorithmSpec("fixed_adacomm", "ADACOMM with tau fixed (tau0 searched or given)",
                        FixedAdacommConfig, ps_nodes(partial(adacomm_server, adapt=False), adacomm_worker),
-                       "ADSP Sec. 5.1", display="Fixed ADACOMM"), "fixed-adacomm")
+                       "ADSP Sec. 5.1", display="Fixed ADACOMM", decisions=ADACOMM_DECISIONS), "fixed-adacomm")

@@ -367,4 +367,5 @@ def adsp_scheduler(node: Node) -> None:
 
 register(AlgorithmSpec("adsp", "Adaptive synchronous parallel: no waiting, commit rates searched online",
                        ADSPConfig, ps_nodes(adsp_server, adsp_worker, ("scheduler", adsp_scheduler)),
-                       "ADSP Sec. 3-4, Alg. 1-2", preload=("scipy.optimize",), display="ADSP"))  # the reward fit
+                       "ADSP Sec. 3-4, Alg. 1-2", preload=("scipy.optimize",), display="ADSP",  # the reward fit
+                       decisions=("c_target", "commit_rate", "mu_implicit", "target_loss", "reward")))

@@ -154,4 +154,4 @@ def gosgd_platform(node: Node) -> None:
 
 register(AlgorithmSpec("gosgd", "GoSGD: gossip of models and halved mixing weights, epochs end together",
                        GoSGDConfig, lambda cfg: [("worker", gosgd_platform)] * cfg.cluster.workers,
-                       "EdgeGossip Sec. 2.1 (Blot et al.)", display="GoSGD"))
+                       "EdgeGossip Sec. 2.1 (Blot et al.)", display="GoSGD", decisions=("data_ratio",)))

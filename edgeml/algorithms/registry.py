@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
+import traceback
 from dataclasses import dataclass
 from typing import Callable
 
@@ -34,13 +35,24 @@ class AlgorithmSpec:
     display: str = ""
     """The name the papers give it ("SNAP-0", "Fixed ADACOMM"): what figures and verdicts call its runs (default:
     ``name``)."""
+    decisions: tuple[str, ...] = ()
+    """The quantities its node programs log in ``series/decisions.csv`` (``node.log("decisions", name=...)``):
+    the metrics of its own that claims and figures may name, beside the ones every run has."""
 
 
 REGISTRY: dict[str, AlgorithmSpec] = {}
 ALIASES: dict[str, str] = {}
 
 
-def register(spec: AlgorithmSpec, *aliases: str) -> AlgorithmSpec:
+def register(spec: AlgorithmSpec, *aliases: str, replace: bool = False) -> AlgorithmSpec:
+    """Add an algorithm under its name and ``aliases``; a name that is taken (a built-in's, another plugin's) is
+    refused unless ``replace=True`` says the new one is meant to stand in for it."""
+    for name in (spec.name, *aliases):
+        key = name.lower()  # get_algorithm's lookup: "BSP" would name bsp
+        taken = REGISTRY.get(ALIASES.get(key, key)) or REGISTRY.get(name)
+        if taken is not None and not replace and taken is not spec:
+            raise UserError(f"algorithm name {name!r} is already registered ({taken.name}: {taken.summary}): "
+                            f"choose another name, or pass replace=True to register() to replace it")
     REGISTRY[spec.name] = spec
     # a run written before a key of this section existed reads it as its default (rundir.flat_config)
     if dataclasses.is_dataclass(spec.config):
@@ -80,8 +92,23 @@ def load_plugins() -> None:
     Spawned worker processes inherit the variable, so a plugin algorithm runs on every backend.
     """
     for name in filter(None, (m.strip() for m in os.environ.get("EDGEML_PLUGINS", "").split(","))):
+        if name.startswith("."):  # relative to what? it would resolve against whichever package imports it
+            raise UserError(f"EDGEML_PLUGINS names {name!r}, a relative module name: give its full dotted name "
+                            f"(package.module)")
         try:
             importlib.import_module(name)
-        except ImportError as exc:
+        except ModuleNotFoundError as exc:
+            missing_itself = exc.name is not None and (name == exc.name or name.startswith(exc.name + "."))
+            if not missing_itself:  # the plugin imports something that is not installed
+                raise UserError(f"EDGEML_PLUGINS module {name!r} failed to import: {exc}: install what it needs, "
+                                f"or remove it from EDGEML_PLUGINS") from None
             raise UserError(f"EDGEML_PLUGINS names module {name!r} which cannot be imported ({exc}): "
                             f"fix the name or PYTHONPATH") from None
+        except UserError as exc:
+            raise UserError(f"EDGEML_PLUGINS module {name!r}: {exc}") from None
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - any fault of a plugin is the user's to fix
+            where = next((f"{f.filename}:{f.lineno}" for f in reversed(traceback.extract_tb(exc.__traceback__))), "")
+            detail = " ".join(str(exc).split()) or "no message"
+            raise UserError(f"EDGEML_PLUGINS module {name!r} failed to import: {type(exc).__name__}: {detail}"
+                            f"{f' (at {where})' if where else ''}: fix the module, or remove it from "
+                            f"EDGEML_PLUGINS") from None

@@ -236,4 +236,7 @@ def edgegossip_platform(node: Node) -> None:
 register(AlgorithmSpec("edgegossip", "EdgeGossip: predicted balancing and accuracy-aware training over "
                        "aggregated points, on GoSGD", EdgeGossipConfig,
                        lambda cfg: [("worker", edgegossip_platform)] * cfg.cluster.workers,
-                       "EdgeGossip Sec. 3, Alg. 1-2, Eq. 1", display="EdgeGossip"))
+                       "EdgeGossip Sec. 3, Alg. 1-2, Eq. 1", display="EdgeGossip",
+                       decisions=("data_ratio", "prediction_error", "aggregated_share", "predictor_s",
+                                  "load_reading_s", "reduce_s", "divide_s", "generate_s", "generation_s",
+                                  "aggregated_points", "reassigned")))
