@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import functools
 import glob
 import gzip
@@ -57,6 +58,7 @@ import json
 import math
 import sys
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -154,15 +156,54 @@ def fmt_value(v: Any) -> str:
 # ------------------------------------------------------------------------------------------ the writer
 
 
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+"""The errors of a write that no longer fits on the disk (or in the user's quota, or in a file's size limit)."""
+
+
+def describe_write_error(exc: OSError) -> str:
+    """An OSError from writing, in a few words: "No space left on device (run.zip)"."""
+    where = f" ({Path(exc.filename).name})" if getattr(exc, "filename", None) else ""
+    return f"{exc.strerror or exc}{where}"
+
+
+def write_atomic(path: Path, data: bytes | str) -> None:
+    """Write ``path`` whole or not at all: through ``<path>.tmp``, which a failed write (a full disk) removes, so
+    that a reader never sees half a file and nothing temporary is left."""
+    tmp = path.with_name(f"{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        tmp.replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def remove_temporary(path: Path) -> None:
+    """Remove the ``*.tmp`` files a write cut short left in the run directory ``path`` (best effort)."""
+    with contextlib.suppress(OSError):
+        for p in path.rglob("*.tmp"):
+            with contextlib.suppress(OSError):
+                p.unlink()
+
+
 class RunWriter:
-    """Writes one run directory. Created only after the config is valid, so bad input leaves nothing."""
+    """Writes one run directory. Created only after the config is valid, so bad input leaves nothing.
+
+    A file the reader trusts whole (``meta.json``, ``summary.json``, a rewritten ``evals.csv``) replaces the old
+    one only once written (``write_atomic``); a write that fails (a full disk) raises its OSError and leaves no
+    temporary file, and ``error``, the first such failure, stops ``append_eval`` from trying again, so a run
+    ends on the first failure rather than on a chain of them."""
+
+    error: OSError | None = None
 
     def __init__(self, path: Path, config: dict, meta: dict):
         import tomli_w
 
         self.path = path
         path.mkdir(parents=True, exist_ok=False)
-        (path / CONFIG).write_text(tomli_w.dumps(toml_safe(config)))
+        write_atomic(path / CONFIG, tomli_w.dumps(toml_safe(config)))
         self.meta = {"format": FORMAT_VERSION, **meta, "status": "running"}
         self.write_meta()
         self.columns = list(EVAL_COLUMNS)
@@ -188,30 +229,43 @@ class RunWriter:
 
     def write_meta(self, **updates: Any) -> None:
         self.meta.update(updates)
-        tmp = self.path / f"{META}.tmp"
-        tmp.write_text(json.dumps(self.meta, indent=2, default=str))
-        tmp.replace(self.path / META)
+        write_atomic(self.path / META, json.dumps(self.meta, indent=2, default=str))
 
-    def write_error(self, text: str) -> Path:
-        """Add a node's error report (who, when, traceback) to ``error.txt``; returns its path."""
+    def write_error(self, text: str) -> Path | None:
+        """Add a node's error report (who, when, traceback) to ``error.txt``; returns its path, or None when it
+        cannot be written (a full disk): a report must never hide the failure it reports."""
         path = self.path / ERROR
-        with open(path, "a") as f:
-            f.write(text.rstrip("\n") + "\n\n")
+        try:
+            with open(path, "a") as f:
+                f.write(text.rstrip("\n") + "\n\n")
+        except OSError:
+            return None
         return path
 
     def append_eval(self, row: dict[str, Any]) -> None:
+        """Append one evaluation; after a failed write (``error``) nothing more is written."""
+        if self.error is not None:
+            return
+        try:
+            self._append_eval(row)
+        except OSError as exc:
+            self.error = exc
+            with contextlib.suppress(OSError):
+                self._evals.close()
+            raise
+
+    def _append_eval(self, row: dict[str, Any]) -> None:
         new = [k for k in row if k not in self.columns]
         if new:  # an algorithm counter seen for the first time: rewrite the table with its column (rare)
             self._evals.close()
             with open(self.path / EVALS, newline="") as f:
                 old = list(csv.DictReader(f))
             self.columns += new
-            tmp = self.path / f"{EVALS}.tmp"
-            with open(tmp, "w", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=self.columns, restval=0)
-                w.writeheader()
-                w.writerows(old)
-            tmp.replace(self.path / EVALS)
+            text = io.StringIO(newline="")
+            w = csv.DictWriter(text, fieldnames=self.columns, restval=0)
+            w.writeheader()
+            w.writerows(old)
+            write_atomic(self.path / EVALS, text.getvalue())
             self._evals = open(self.path / EVALS, "a", newline="")
             self._eval_writer = csv.DictWriter(self._evals, fieldnames=self.columns)
         self._eval_writer.writerow({k: csv_value(row.get(k, 0)) for k in self.columns})
@@ -222,14 +276,12 @@ class RunWriter:
         """End the run: ``nodes.csv`` and ``messages.csv`` from their rows (``NODE_COLUMNS``, ``TAG_COLUMNS``,
         in the order given), ``series/<name>.csv`` from (name, row) pairs, ``summary.json``, and the final
         status in ``meta.json``. Returns ``summary``."""
-        self._evals.close()
+        with contextlib.suppress(OSError):  # (a failed append closed it already)
+            self._evals.close()
         for name, columns, rows in ((NODES, NODE_COLUMNS, nodes), (MESSAGES, TAG_COLUMNS, messages)):
-            with open(self.path / name, "w", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=columns)
-                w.writeheader()
-                w.writerows(rows)
+            write_atomic(self.path / name, _csv_text(columns, rows))
         self._write_series(series)
-        (self.path / SUMMARY).write_text(json.dumps(summary, indent=2))
+        write_atomic(self.path / SUMMARY, json.dumps(summary, indent=2))
         self.write_meta(status=status, stop_reason=reason, duration_s=duration)
         return summary
 
@@ -243,16 +295,21 @@ class RunWriter:
             cols: list[str] = []
             for row in rows:
                 cols.extend(k for k in row if k not in cols)
-            with open(self.path / SERIES / f"{name}.csv", "w", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=cols)
-                w.writeheader()
-                for row in rows:
-                    w.writerow({k: csv_value(v) for k, v in row.items()})
+            write_atomic(self.path / SERIES / f"{name}.csv",
+                         _csv_text(cols, [{k: csv_value(v) for k, v in row.items()} for row in rows]))
+
+
+def _csv_text(columns: list[str], rows: list[dict]) -> str:
+    text = io.StringIO(newline="")
+    w = csv.DictWriter(text, fieldnames=columns)
+    w.writeheader()
+    w.writerows(rows)
+    return text.getvalue()
 
 
 def tag_run(path: Path, tag: dict[str, Any]) -> None:
     """Write ``experiment.json``: which reproduction a run belongs to (paper, run, spec, point, seed, quick)."""
-    (path / EXPERIMENT).write_text(json.dumps(tag))
+    write_atomic(path / EXPERIMENT, json.dumps(tag))
 
 
 def finished_status(path: Path) -> str | None:
@@ -271,9 +328,29 @@ def read_file(run: Path, name: str) -> bytes | None:
     for p, unpack in ((run / name, None), (run / f"{name}{GZIP}", gzip.decompress)):
         if p.is_file():
             data = p.read_bytes()
-            return unpack(data) if unpack else data
+            return _unpacked(p, data, unpack) if unpack else data
     with _zip(run) as z:
-        return z.read(name) if z is not None and name in z.NameToInfo else None
+        return _member(z, name) if z is not None and name in z.NameToInfo else None
+
+
+_DAMAGED = (zipfile.BadZipFile, zlib.error, EOFError)
+"""What a damaged archive or gzip copy raises when read (beside OSError): a bad CRC, a damaged deflate stream,
+a truncated member."""
+
+
+def _member(z: zipfile.ZipFile, name: str) -> bytes:
+    """A member of a run's archive; a damaged one is an OSError naming the archive and the member."""
+    try:
+        return z.read(name)
+    except _DAMAGED as exc:
+        raise OSError(f"{z.filename}: {name} is damaged ({exc or type(exc).__name__})") from None
+
+
+def _unpacked(path: Path, data: bytes, unpack) -> bytes:
+    try:
+        return unpack(data)
+    except _DAMAGED as exc:
+        raise OSError(f"{path} is damaged ({exc or type(exc).__name__})") from None
 
 
 @contextlib.contextmanager
@@ -286,8 +363,100 @@ def _zip(run: Path):
     try:
         with zipfile.ZipFile(run / ARCHIVE) as z:
             yield z
-    except zipfile.BadZipFile as exc:
-        raise OSError(f"{run / ARCHIVE}: {exc}") from None
+    except (zipfile.BadZipFile, EOFError) as exc:
+        raise OSError(f"{run / ARCHIVE} is damaged ({exc or type(exc).__name__})") from None
+
+
+def table_problem(data: bytes) -> str | None:
+    """Why a CSV table's bytes are not a whole table (None when they are): not UTF-8, empty, a row with another
+    number of fields than the header, or a last line cut short (every table the writer writes ends its lines)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"not UTF-8 text at byte {exc.start}"
+    if not text.strip():
+        return "empty"
+    if not text.endswith("\n"):
+        return "its last line is cut short"
+    rows = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = next(rows)
+        for row in rows:
+            if len(row) != len(header):
+                return f"line {rows.line_num} has {len(row)} fields where the header has {len(header)}"
+    except csv.Error as exc:
+        return f"line {rows.line_num}: {exc}"
+    return None
+
+
+def verify(path: Path) -> str | None:
+    """Why the run directory ``path``, which says it finished, cannot be counted; None when it reads back whole,
+    or when it does not say it finished (without ``summary.json``, or with a status not in ``FINISHED``: such a
+    run is run again anyway).
+
+    Every file reads back (each member of ``run.zip`` passes its checksum), the JSON and TOML files parse, every
+    CSV table is whole (``table_problem``), ``meta.json`` ends with the status ``summary.json`` has, and the last
+    evaluation of ``evals.csv`` is the one ``summary.json`` reports: at the run's end (``duration_s``), with its
+    final accuracy and loss. (A table cut at the end of a line still parses: the last check finds that.)"""
+    if not _is_run(path):
+        return None
+    try:
+        found = files(path)
+    except OSError as exc:
+        return str(exc)
+    if SUMMARY not in found:
+        return None
+    parsed: dict[str, Any] = {}
+    for name in (SUMMARY, META, EXPERIMENT, CONFIG):
+        if name in found:
+            try:
+                text = found[name].decode("utf-8")
+                parsed[name] = tomllib.loads(text) if name == CONFIG else json.loads(text)
+            except ValueError as exc:  # (UnicodeDecodeError, JSONDecodeError and TOMLDecodeError among them)
+                return f"{name} does not parse ({exc})"
+    summary = parsed[SUMMARY]
+    if not isinstance(summary, dict) or summary.get("status") not in FINISHED:
+        return None
+    for name in (META, CONFIG, EVALS):
+        if name not in found:
+            return f"it has no {name}"
+    for name, data in found.items():
+        problem = table_problem(data) if name.endswith(".csv") else None
+        if problem:
+            return f"{name}: {problem}"
+    meta = parsed[META]
+    if isinstance(meta, dict) and meta.get("status") != summary["status"]:
+        return f"meta.json says {meta.get('status')} where summary.json says {summary['status']}"
+    return _last_evaluation_problem(list(csv.DictReader(io.StringIO(found[EVALS].decode("utf-8"), newline=""))),
+                                    summary)
+
+
+def _last_evaluation_problem(rows: list[dict[str, str]], summary: dict) -> str | None:
+    """Where ``evals.csv``'s rows end elsewhere than the run ``summary.json`` describes, or None."""
+
+    def number(text: str | None) -> float:
+        try:
+            return float(text) if text else math.nan
+        except ValueError:
+            return math.nan
+
+    def last(column: str) -> float | None:
+        values = [v for v in (number(r.get(column)) for r in rows) if math.isfinite(v)]
+        return values[-1] if values else None
+
+    def same(a: float | None, b: Any) -> bool:
+        return (a is None and b is None) or (a is not None and isinstance(b, (int, float)) and
+                                             math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12))
+
+    duration = summary.get("duration_s")
+    end = number(rows[-1].get("time_s")) if rows else math.nan
+    if isinstance(duration, (int, float)) and not math.isclose(end, duration, rel_tol=1e-9, abs_tol=1e-6):
+        return f"evals.csv ends at {end:g} s where summary.json says the run ended at {duration:g} s"
+    for column in ("accuracy", "loss"):
+        if f"final_{column}" in summary and not same(last(column), summary[f"final_{column}"]):
+            return (f"evals.csv's last {column} is {last(column)} where summary.json says "
+                    f"{summary[f'final_{column}']}")
+    return None
 
 
 def read_json(run: Path, name: str) -> dict:
@@ -316,13 +485,13 @@ def files(run: Path) -> dict[str, bytes]:
     found: dict[str, bytes] = {}
     with _zip(run) as z:
         if z is not None:
-            found.update((n, z.read(n)) for n in z.namelist())
+            found.update((n, _member(z, n)) for n in z.namelist())
     for p in sorted(run.rglob("*")):
         name = p.relative_to(run).as_posix()
         if p.is_file() and name != ARCHIVE and not name.endswith(".tmp"):
             data = p.read_bytes()
             if name.endswith(GZIP):
-                name, data = name.removesuffix(GZIP), gzip.decompress(data)
+                name, data = name.removesuffix(GZIP), _unpacked(p, data, gzip.decompress)
                 if (run / name).is_file():
                     continue
             found[name] = data
@@ -366,9 +535,11 @@ def compact(path: Path, series: dict[str, tuple[str, ...] | None]) -> None:
             info.compress_type, info.create_system, info.external_attr = zipfile.ZIP_DEFLATED, 3, 0o644 << 16
             z.writestr(info, data, compresslevel=9)
     if not archive.is_file() or archive.read_bytes() != buf.getvalue():
-        tmp = path / f"{ARCHIVE}.tmp"
-        tmp.write_bytes(buf.getvalue())
-        tmp.replace(archive)
+        write_atomic(archive, buf.getvalue())
+    with _zip(path) as z:  # read back: the loose files go only once the archive holds every one of them whole
+        back = {n: _member(z, n) for n in z.namelist()}
+    if back != kept:
+        raise OSError(f"{archive} does not read back as written: the run's files are left as they were")
     for p in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
         if p.is_file() and p != archive:
             p.unlink()
@@ -420,20 +591,29 @@ class Run:
         return ",".join(f"{k}={fmt_value(v)}" for k, v in self.point.items())
 
     def meta(self) -> dict:
-        data = read_file(self.path, META)
-        return json.loads(data) if data is not None else {}
+        try:
+            data = read_file(self.path, META)
+            return json.loads(data) if data is not None else {}
+        except (OSError, ValueError) as exc:
+            raise UserError(f"run {self.path}: {META} cannot be read ({exc}): re-run it, or leave it out") from None
 
     def table(self, name: str, needed: tuple[str, ...] = (), required: bool = True) -> pd.DataFrame | None:
         """A CSV of the run (``evals.csv``, ``series/staleness.csv``...), checked for the columns we use; read from
         the folder or the run's archive (``read_file``)."""
         import pandas as pd
 
-        data = read_file(self.path, name)
+        try:
+            data = read_file(self.path, name)
+        except OSError as exc:
+            raise UserError(f"run {self.path}: {name} cannot be read ({exc}): re-run it, or leave it out") from None
         if data is None:
             if required:
                 raise UserError(f"run {self.path}: missing {name} (written by an older edgeml or unfinished?): "
                                 f"re-run it with edgeml {__version__}")
             return None
+        problem = table_problem(data)
+        if problem:
+            raise UserError(f"run {self.path}: {name} is damaged ({problem}): re-run it, or leave it out")
         df = pd.read_csv(io.BytesIO(data))
         missing = [c for c in needed if c not in df.columns]
         if missing:
@@ -607,7 +787,7 @@ def load_runs(patterns: list[str], recursive: bool = False) -> list[Run]:
 
     paths = find_runs(patterns, recursive)
     # among several runs, one still in progress (or killed before writing its summary) is left out, not fatal
-    unfinished = [p for p in paths if read_file(p, SUMMARY) is None] if len(paths) > 1 else []
+    unfinished = [p for p in paths if not _has_summary(p)] if len(paths) > 1 else []
     if unfinished and len(unfinished) < len(paths):
         warn(f"skipping {len(unfinished)} unfinished run(s) (no summary.json): " + ", ".join(map(str, unfinished)))
     runs = [load_run(p) for p in paths if p not in unfinished or len(unfinished) == len(paths)]
@@ -618,6 +798,15 @@ def load_runs(patterns: list[str], recursive: bool = False) -> list[Run]:
                         "): compare one experiment's runs at a time")
     _label(runs)
     return runs
+
+
+def _has_summary(path: Path) -> bool:
+    """Whether the run holds a ``summary.json``; one whose archive cannot say counts as holding one, so that
+    ``load_run`` names what is damaged."""
+    try:
+        return read_file(path, SUMMARY) is not None
+    except OSError:
+        return True
 
 
 def _label(runs: list[Run]) -> None:

@@ -10,6 +10,7 @@ exception instead and a procs run prints the traceback.
 from __future__ import annotations
 
 import getpass
+import json
 import math
 import os
 import platform
@@ -27,7 +28,7 @@ from edgeml.schema import Config
 from edgeml.algorithms import get_algorithm
 from edgeml.errors import Interrupted, RunFailed, UserError
 from edgeml.runtime.monitor import Monitor, error_report, report_rows, summarize
-from edgeml.rundir import RunWriter
+from edgeml.rundir import DISK_FULL, META, RunWriter, describe_write_error, remove_temporary, write_atomic
 from edgeml.progress import RunProgress
 from edgeml.runtime.base import layout
 from edgeml.train import Job, build_job
@@ -51,6 +52,9 @@ def run_dir_for(cfg: Config) -> Path:
     name = cfg.run.name or (f"{cfg.run.algorithm}-{cfg.data.dataset}-w{cfg.cluster.workers}-s{cfg.run.seed}-"
                             f"{datetime.now().strftime('%Y%m%d-%H%M%S-%f')}")
     path = Path(cfg.run.out) / name
+    if path.resolve().parent != Path(cfg.run.out).resolve():  # ".." or a "/" in the name, or a link out of it
+        raise UserError(f"run.name = {name!r} would put the run directory at {str(path.resolve())!r}, not directly "
+                        f"in run.out = {cfg.run.out!r}: give a name without '/' or '..'")
     if path.exists():
         raise UserError(f"run directory {str(path)!r} already exists: choose another --out or run.name")
     return path
@@ -129,9 +133,35 @@ def run(cfg: Config, *, quiet: bool = True, path: Path | None = None) -> Path:
         raise
     except KeyboardInterrupt:
         raise Interrupted(path if path.exists() else None) from None
+    except OSError as exc:  # writing the run directory failed (a full disk): the run failed, in one line
+        if not (path.exists() or exc.errno in DISK_FULL):
+            raise
+        raise RunFailed(write_failure(path, exc)) from None
     finally:
         if not existed:  # never another run's directory (a path that was taken is refused)
             record_cost(path, time.monotonic() - wall, cpu_seconds() - cpu)
+
+
+def write_failure(path: Path, exc: OSError) -> str:
+    """End the run whose directory ``path`` could not be written as failed, as far as the disk allows: its
+    ``meta.json`` says ``failed`` where it can still be written (where it cannot, the run has no finished
+    ``summary.json``, so ``--resume`` runs it again), and no temporary file is left. Returns the one line that
+    says so."""
+    reason = f"cannot write the run directory: {describe_write_error(exc)}"
+    recorded = False
+    try:
+        meta = json.loads((path / META).read_text())
+        meta.update(status="failed", stop_reason=reason)
+        write_atomic(path / META, json.dumps(meta, indent=2, default=str))
+        recorded = True
+    except (OSError, ValueError):
+        pass
+    remove_temporary(path)
+    fix = "free space on the disk or choose another --out"
+    if not path.exists():
+        return f"run failed: {reason}: {fix}"
+    said = "" if recorded else "; its meta.json could not say so either, and a --resume runs it again"
+    return f"run failed: {reason}{said}: {fix} (partial results in {path})"
 
 
 def cpu_seconds() -> float:
@@ -251,7 +281,12 @@ def _run_sim(cfg: Config, job: Job, programs: list, path: Path, progress, quiet:
                 status, reason = kernel.run()
         except KeyboardInterrupt:  # a Ctrl-C before the kernel's own loop catches it: recorded, raised by _outcome
             status, reason = "interrupted", "interrupted by the user"
+        except OSError as exc:
+            if exc is not writer.error:
+                raise
         finally:
+            if writer.error is not None and status != "interrupted":  # evals.csv could not be written: failed
+                status, reason = "failed", f"cannot write the run directory: {describe_write_error(writer.error)}"
             if kernel.error:
                 info, _, trace = kernel.error
                 writer.write_error(error_report(info, kernel.now, trace))

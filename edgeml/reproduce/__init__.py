@@ -102,11 +102,14 @@ then ``run.algorithm``/``run.seed`` (and ``--backend``).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+import os
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from rich.console import Console
 
+from edgeml import rundir
 from edgeml.analysis.tables import wide_console
 from edgeml.errors import RunFailed, UserError
 # the steps as modules: their main functions share the modules' names (plan.plan, execute.execute...); those that
@@ -119,6 +122,66 @@ from edgeml.reproduce import cost, execute, load, parallel, plan
 DEFAULT_OUT = Path("runs") / "reproduce"
 """Where a reproduction goes without ``--out``: beside ``edgeml run``'s run directories, never over the
 committed ``results/``."""
+
+
+def output_folder(exp: load.Experiment, quick: bool, out: Path | None) -> Path:
+    """``out``, else ``DEFAULT_OUT/<paper>/`` (``.../quick/``), which must lie inside ``DEFAULT_OUT``."""
+    if out:
+        return Path(out)
+    default = DEFAULT_OUT / exp.paper / ("quick" if quick else "")
+    return execute.inside(DEFAULT_OUT, default, f"paper {exp.paper!r}: its output folder")
+
+
+@contextlib.contextmanager
+def output_lock(out: Path) -> Iterator[None]:
+    """Hold ``out`` for this process alone while the block runs: an advisory lock (``flock``) on the file
+    ``execute.LOCK`` in it, which holds this process's PID. A second reproduction on the same folder is refused
+    (UserError) naming the holder's PID. The kernel releases the lock however the holder ends (killed
+    included); a clean end removes the file, and removes ``out`` (and the folders made for it) when the block
+    left nothing else there."""
+    import fcntl
+
+    made = [p for p in (out, *out.parents) if not p.exists()]
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / execute.LOCK
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            raise UserError(f"{out} is being written by another edgeml reproduce ({holder}): wait for it to end, "
+                            f"or choose another --out") from None
+        try:  # the holder that was releasing the lock may have removed this file meanwhile: lock the one there
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()  # while still held, so that no one holds a lock on a file no longer there
+        os.close(fd)
+        for folder in made:
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+
+
+def _holder(fd: int) -> str:
+    """The PID the lock file's holder wrote, waiting the moment between its lock and its write."""
+    deadline = time.monotonic() + 2.0
+    while True:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        if text.isdigit() or time.monotonic() > deadline:
+            return f"PID {text}" if text.isdigit() else "PID unknown"
+        time.sleep(0.01)
 
 
 def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: list[int] | None = None,
@@ -145,7 +208,6 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
     address are checked before anything is written."""
     from edgeml.config import check_out
     from edgeml.reproduce import check as check_mod
-    from edgeml.reproduce import render
 
     console = console or wide_console(stderr=True)
     if jobs is not None and jobs < 1:
@@ -158,11 +220,40 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
     elif jobs is None:
         raise UserError("jobs=None (all the cluster's CPUs) needs a cluster: give jobs, or cluster='ray'")
     exp = load.load_experiment(paper)
+    if check:  # the committed results/<paper>/ (check_mod reads there) lie inside results/
+        results = exp.source.resolve().parent.parent / "results"
+        execute.inside(results, results / exp.paper / ("quick" if quick else ""),
+                       f"paper {exp.paper!r}: its committed results")
     committed = check_mod.committed_verdicts(exp, quick) if check else None
     planned = plan.plan(exp, quick, seeds, backend)
     selected = _selected(only, planned, exp.paper)
-    out = Path(out) if out else DEFAULT_OUT / exp.paper / ("quick" if quick else "")
+    out = output_folder(exp, quick, out)
     check_out(out, "--out")
+    for gid in dict.fromkeys(g for p in planned for g in p.figures):
+        if gid in exp.figures:
+            execute.inside(out / "figures", out / "figures" / exp.figures[gid].folder, f"figure {gid!r}: its folder",
+                           strict=False)
+    with output_lock(out):
+        try:
+            return _reproduce(exp, quick, out, planned, selected, console, committed, command_line, resume, force,
+                              jobs, cluster, address, pdf, paper)
+        except OSError as exc:
+            if exc.errno not in rundir.DISK_FULL:
+                raise
+            raise RunFailed(f"the disk holding {out} is full ({exc.strerror}): free space, then continue with "
+                            "--resume (finished runs are kept)") from None
+
+
+def _reproduce(exp: load.Experiment, quick: bool, out: Path, planned: list[plan.PlannedRun], selected: set[str],
+               console: Console, committed, command_line: str, resume: bool, force: bool, jobs: int | None,
+               cluster: str | None, address: str | None, pdf: bool, paper: str) -> Path:
+    """``reproduce`` once the input is checked and ``out`` is held."""
+    from edgeml.reproduce import check as check_mod
+    from edgeml.reproduce import render
+
+    for name in ("runs", "figures", "experiment.toml", "REPORT.md", render.VERDICTS, "compare.csv",
+                 "compare_runs.csv", "compare_reach.csv", "compare.md"):
+        execute.inside(out, out / name, "the output")  # a link there must not lead the writes elsewhere
     work = execute.plan_work(planned, selected, out, quick, resume)
     with contextlib.ExitStack() as ray_session, contextlib.ExitStack() as pool:
         now = sum(w.runs_now for w in work)
@@ -215,7 +306,7 @@ def show_plan(paper: str, quick: bool = False, out: Path | None = None, seeds: l
     exp = load.load_experiment(paper)
     planned = plan.plan(exp, quick, seeds, backend)
     selected = _selected(only, planned, exp.paper)
-    out = Path(out) if out else DEFAULT_OUT / exp.paper / ("quick" if quick else "")
+    out = output_folder(exp, quick, out)
     rows = cost.plan_rows(planned, selected, out, quick, jobs)
     console.print(*cost.plan_table(exp.paper, rows, jobs))
     return rows

@@ -1,15 +1,18 @@
 """Running the planned runs of a reproduction into ``<out>/runs/``, keeping what is finished.
 
 A run whose directory holds a finished run of exactly its configuration is kept with ``--resume`` (and when
-``--only`` does not select it); every other selected run runs, after its old directory is deleted. A finished
-run is deleted only with ``--force``, and a folder reproduce did not write is never cleared. A run that fails
-is recorded and the others go on. A finished run, run now or kept, is compacted to what the report reads of it
-(packed into one archive, ``run.zip``, without the series no figure or claim reads: ``_record``). The runs go
-through ``edgeml.runner.run``, looked up at each call (tests replace it).
+``--only`` does not select it), once it reads back whole (``edgeml.rundir.verify``): a damaged one is run again,
+and the user is told. Every other selected run runs, after its old directory is deleted. A finished run is
+deleted only with ``--force``, and a folder reproduce did not write is never cleared. A run that fails is
+recorded and the others go on. A finished run, run now or kept, is verified again and compacted to what the
+report reads of it (packed into one archive, ``run.zip``, without the series no figure or claim reads:
+``_record``). Every path written lies inside the output folder (``inside``). The runs go through
+``edgeml.runner.run``, looked up at each call (tests replace it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import re
@@ -36,6 +39,22 @@ class Work:
     cfg: Any  # its edgeml.schema.Config, run.out and run.name set
     runs_now: bool  # whether it runs (else it is kept, or left out when --only skips it and it never finished)
     outdated: bool = False  # --only skips it and its directory holds a finished run of another configuration
+    damaged: str | None = None  # why the finished run its directory holds cannot be kept (it runs again)
+
+
+LOCK = ".edgeml.lock"
+"""The lock file a reproduction holds in its output folder while it writes there (``edgeml.reproduce.output_lock``)."""
+
+
+def inside(root: Path, path: Path, what: str, strict: bool = True) -> Path:
+    """``path``, refused (UserError) unless it resolves to a place inside ``root`` (resolved too; ``strict``: not
+    ``root`` itself): no name of an experiment's run or figure, no ``..`` and no link may make a reproduction
+    write elsewhere."""
+    base, resolved = Path(root).resolve(), Path(path).resolve()
+    if (strict and resolved == base) or not resolved.is_relative_to(base):
+        raise UserError(f"{what} {str(path)!r} resolves to {str(resolved)!r}, outside {str(base)!r}: rename it "
+                        f"(one name, no '/' or '..'), or remove the link that leads out")
+    return path
 
 
 @dataclass
@@ -95,10 +114,13 @@ def plan_work(planned: list[PlannedRun], selected: set[str], out: Path, quick: b
     for p in planned:
         cfg = copy.deepcopy(p.cfg)
         cfg.run.name, cfg.run.out = p.dirname, str(out / "runs")
-        path = out / "runs" / p.dirname
-        kept = (resume or p.dirname not in selected) and finished(path, cfg, quick)
-        outdated = p.dirname not in selected and not kept and rundir.finished_status(path) in rundir.FINISHED
-        work.append(Work(p, cfg, p.dirname in selected and not kept, outdated))
+        path = inside(out / "runs", out / "runs" / p.dirname, f"run {p.name!r}: its directory")
+        keeps = resume or p.dirname not in selected
+        damaged = rundir.verify(path) if keeps and path.is_dir() else None
+        kept = keeps and damaged is None and finished(path, cfg, quick)
+        outdated = p.dirname not in selected and not kept and not damaged and \
+            rundir.finished_status(path) in rundir.FINISHED
+        work.append(Work(p, cfg, (p.dirname in selected or damaged is not None) and not kept, outdated, damaged))
     checked = set()
     for w in work:  # every data set a starting run reads is there (or downloadable) before any run starts
         key = (w.cfg.data.dataset, w.cfg.data.root, w.cfg.data.download)
@@ -114,10 +136,10 @@ def plan_work(planned: list[PlannedRun], selected: set[str], out: Path, quick: b
 def prepare_out(exp: Experiment, out: Path, work: list[Work], force: bool, console: Console) -> None:
     """Refuse to clear a directory reproduce did not write, or to delete finished runs without ``force``; then
     create ``out`` with the experiment file, and name run directories that are no run of this experiment."""
-    if out.exists() and not (out / "experiment.toml").exists() and {p.name for p in out.iterdir()} - {"quick"}:
+    if out.exists() and not (out / "experiment.toml").exists() and {p.name for p in out.iterdir()} - {"quick", LOCK}:
         raise UserError(f"{out} exists and was not written by edgeml reproduce: choose a new or empty --out")
-    doomed = [w.run.dirname for w in work
-              if w.runs_now and rundir.finished_status(out / "runs" / w.run.dirname) in rundir.FINISHED]
+    doomed = [w.run.dirname for w in work if w.runs_now and not w.damaged
+              and rundir.finished_status(out / "runs" / w.run.dirname) in rundir.FINISHED]
     if doomed and not force:
         raise UserError(f"{out / 'runs'} holds {len(doomed)} finished run(s) that this would delete and run again "
                         f"({', '.join(doomed[:3])}{', ...' if len(doomed) > 3 else ''}): add --resume to keep those "
@@ -129,8 +151,12 @@ def prepare_out(exp: Experiment, out: Path, work: list[Work], force: bool, conso
                         f"{', ...' if len(outdated) > 3 else ''}): the report would leave them out; continue the "
                         f"folder's own {out / 'experiment.toml'}, select them with --only to run them again, or add "
                         "--force to leave them out")
+    for w in work:
+        if w.damaged:
+            console.print(f"{w.run.dirname}: the finished run kept there does not read back ({w.damaged}): "
+                          "running it again", style="yellow", highlight=False, markup=False, soft_wrap=True)
     out.mkdir(parents=True, exist_ok=True)
-    copy = out / "experiment.toml"
+    copy = inside(out, out / "experiment.toml", "the experiment file's copy")
     if not (copy.exists() and copy.samefile(exp.source)):  # continued from its own copy: already there
         shutil.copyfile(exp.source, copy)
     planned = {w.run.dirname for w in work}
@@ -280,10 +306,11 @@ def run_one(paper: str, w: Work, path: Path, quick: bool) -> str | None:
     from edgeml import runner
 
     p = w.run
+    inside(Path(w.cfg.run.out), path, f"run {p.name!r}: its directory")  # before anything is deleted there
     shutil.rmtree(path, ignore_errors=True)
+    reason = None
     try:
         runner.run(w.cfg, quiet=True, path=path)
-        return None
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # noqa: BLE001 - one failed run must not end a reproduction of hours
@@ -291,12 +318,17 @@ def run_one(paper: str, w: Work, path: Path, quick: bool) -> str | None:
             if runner.debugging():
                 raise
             if path.is_dir() and not (path / rundir.ERROR).exists():
-                (path / rundir.ERROR).write_text(traceback.format_exc())
-        return f"{type(exc).__name__}: {exc}"
+                with contextlib.suppress(OSError):
+                    (path / rundir.ERROR).write_text(traceback.format_exc())
+        reason = f"{type(exc).__name__}: {exc}"
     finally:
         if path.is_dir():
-            rundir.tag_run(path, {"paper": paper, "run": p.name, "spec": p.spec, "point": p.point,
-                                  "seed": p.seed, "quick": quick})
+            try:
+                rundir.tag_run(path, {"paper": paper, "run": p.name, "spec": p.spec, "point": p.point,
+                                      "seed": p.seed, "quick": quick})
+            except OSError as exc:  # untagged, the run is no finished run of this reproduction: run again later
+                reason = reason or f"cannot tag the run directory: {rundir.describe_write_error(exc)}"
+    return reason
 
 
 def _record(p: PlannedRun, path: Path, ran: bool, progress: Progress, head: str,
@@ -310,10 +342,18 @@ def _record(p: PlannedRun, path: Path, ran: bool, progress: Progress, head: str,
     series none of them draws is left out too. ``edgeml run`` writes every series in full, as plain CSV."""
     from edgeml.analysis.figures import compact_run
 
-    s = rundir.read_json(path, rundir.SUMMARY)
+    try:
+        s = rundir.read_json(path, rundir.SUMMARY)
+    except (OSError, ValueError) as exc:
+        _say(progress, f"{head}: FAILED: its summary.json cannot be read ({exc})", style="red")
+        return f"its summary.json cannot be read ({exc})"
     if s.get("status") not in rundir.FINISHED:
         _say(progress, f"{head}: FAILED: {s.get('status')} ({s.get('stop_reason')})", style="red")
         return f"status {s.get('status')}: {s.get('stop_reason')}"
+    damaged = rundir.verify(path)  # a run is packed (and counted) only once it reads back whole
+    if damaged:
+        _say(progress, f"{head}: FAILED: its run directory does not read back ({damaged})", style="red")
+        return f"its run directory does not read back: {damaged}"
     compact_run(path, panels)
     acc = s.get("final_accuracy")
     _say(progress, f"{head}{' (kept)' if not ran else ''}: "
