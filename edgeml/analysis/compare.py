@@ -19,7 +19,7 @@ import os
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -78,6 +78,25 @@ def baseline_labels(labels: list[str], algorithms: dict[str, str], name: str) ->
     if not chosen:
         raise UserError(f"baseline {name!r} names no run: choose one of {', '.join(dict.fromkeys(labels))}")
     return chosen
+
+
+HOST_BOUND = "host-bound"
+"""The mark of a procs run whose step times the host's CPU contention set, not the device model (``meta.json``
+``oversubscribed``: ``edgeml.runtime.procs.contention``)."""
+
+
+def host_bound(r: Run) -> bool:
+    return bool(r.meta().get("oversubscribed", False))
+
+
+def host_bound_note(marked: dict[str, int]) -> str:
+    """What the mark means, for the labels ``marked`` (with their number of marked runs); "" when none is."""
+    if not marked:
+        return ""
+    runs = sum(marked.values())
+    return (f"({HOST_BOUND}): in {runs} run{'s' if runs > 1 else ''} of {', '.join(marked)} the host's CPU "
+            f"contention, not the device model, set the step times (meta.json: contention), so their times "
+            f"measure the host: re-run with --backend sim or fewer workers.")
 
 
 def run_metrics(r: Run) -> dict[str, Any]:
@@ -211,6 +230,8 @@ class Comparison:
     eval_interval: float = 0.0
     """The longest evaluation interval among the runs: times to a target are read at evaluations, so they and the
     speedups from them are resolved to this (said under the console table)."""
+    host_bound: dict[str, int] = field(default_factory=dict)
+    """Labels with runs marked host-bound (``host_bound``), with how many: marked in the tables."""
 
     @property
     def target(self) -> Target:
@@ -224,7 +245,8 @@ class Comparison:
         ctx = ", ".join(f"{k} {t[k].iloc[0]}" for k in same)
         title = f"{len(self.per_run)} runs" + (f" ({ctx})" if ctx else "") + f"; time until {self.target}" + \
             (f"; speedup vs {self.baseline}" if self.baseline else "")
-        cols: list[tuple[str, Any]] = [("run", lambda r: r["run"])]
+        cols: list[tuple[str, Any]] = [("run", lambda r: r["run"] + (f" ({HOST_BOUND})" if r["run"] in
+                                                                       self.host_bound else ""))]
         cols += [(k, lambda r, k=k: str(r[k])) for k in shown]
         cols += [("seeds", lambda r: str(r["seeds"]) + (f" ({r['runs']} runs)" if r["runs"] > r["seeds"] else "")),
                  ("final acc", lambda r: ci_text(r, "final_accuracy", "{:.3f}")),
@@ -259,6 +281,8 @@ class Comparison:
         title, headers, cells = self.display()
         text = f"**{title}** (means over seeds; [95% bootstrap interval] with several seeds; '> x': never " \
                f"reached within the x s the runs lasted)\n\n" + md_table(headers, cells) + "\n"
+        if self.host_bound:
+            text += f"\n{host_bound_note(self.host_bound)}\n"
         if len(self.targets) > 1:
             text += f"\n**Time until each target** ({self.target.rule} rule)\n\n" + \
                 md_table(*self.reach_display()) + "\n"
@@ -271,6 +295,10 @@ class Comparison:
             tables[0].caption = Text(f"Times to a target are read at evaluations, every {self.eval_interval:g} s: "
                                      f"each is resolved to {self.eval_interval:g} s, and speedups from them are as "
                                      f"coarse (1.00x, 0.50x, ... from a few intervals).")
+            tables[0].caption_justify = "left"
+        if self.host_bound:
+            tables[0].caption = Text.assemble(tables[0].caption or "", "\n",
+                                              (host_bound_note(self.host_bound), "yellow"))
             tables[0].caption_justify = "left"
         if len(self.targets) > 1:
             tables.append(rich_table(f"time until each target ({self.target.rule} rule)", *self.reach_display()))
@@ -305,8 +333,12 @@ def compare(runs: list[Run], targets: list[Target] | Target | None = None, basel
         warn(f"{len(g)} runs of {label!r} share seed {seed} and settings: they count as one sample (their mean)")
     labels = baseline_labels(list(per_run["run"]), dict(zip(per_run["run"], per_run["algorithm"])), baseline)
     interval = max((float(r.config.get("eval", {}).get("interval", 0.0)) for r in runs), default=0.0)
+    marked: dict[str, int] = {}
+    for r in runs:
+        if host_bound(r):
+            marked[r.label] = marked.get(r.label, 0) + 1
     return Comparison(per_run, group_table(per_run, labels), reach_table(runs, targets), targets, baseline,
-                      eval_interval=interval)
+                      eval_interval=interval, host_bound=marked)
 
 
 def compare_dirs(patterns: list[str], accuracy: list[float] = (), loss: list[float] = (), rule: str = "stays",

@@ -23,7 +23,7 @@ import pandas as pd
 
 from edgeml import rundir
 from edgeml.analysis import plots
-from edgeml.analysis.compare import QUANTITIES, Comparison, claim_samples, compare
+from edgeml.analysis.compare import QUANTITIES, Comparison, claim_samples, compare, host_bound
 from edgeml.analysis.convergence import TARGET_METRICS, Target
 from edgeml.analysis.names import key_name, method_of, setting_text
 from edgeml.rundir import NODES, NODES_NEEDED, SERIES, Run, flat_config, fmt_value
@@ -132,7 +132,8 @@ def figure_tables(runs: list[Run], labels: dict[str, str] | None = None) -> dict
     settings = group_settings(runs, labels)
     names = run_names(runs, settings)
     for r in runs:
-        tag = {"run": names[r.label], "method": method_of(r), "setting": settings[str(r.path)], "seed": r.seed}
+        tag = {"run": names[r.label], "method": method_of(r), "setting": settings[str(r.path)], "seed": r.seed,
+               "host_bound": host_bound(r)}  # the legend marks its method (``plots.style.Styles``)
         ingress = r.evals["ps_ingress_bytes"] if "ps_ingress_bytes" in r.evals else 0.0
         evals.append(r.evals.assign(total_mb=r.evals["total_bytes"] / 1e6, ingress_mb=ingress / 1e6, **tag))
         n = r.table(NODES, NODES_NEEDED)

@@ -91,7 +91,7 @@ def convergence(evals: pd.DataFrame, x: str = "time_s", context: str = "") -> Fi
             mine.append(curve)
             tails |= tailed
         drawn.append((method, setting, mine))
-    st.notes.update(coinciding(drawn))
+    st.add_notes(coinciding(drawn))
     ends = pd.to_numeric(evals.groupby("run")[x].max(), errors="coerce")
     ends = ends[ends > 0]
     # runs that end an order of magnitude apart (compressed volumes; a baseline given 10x the budget) would squeeze
@@ -163,7 +163,7 @@ def cost_per_iteration(evals: pd.DataFrame, context: str = "") -> Figure:
             mine.append(curve)
             tails |= tailed
         drawn.append((method, setting, mine))
-    st.notes.update(coinciding(drawn))
+    st.add_notes(coinciding(drawn))
     for ax, label in zip(axes, ("cost per iteration (MB x hops)", "total cost (MB x hops)")):
         ax.set_xlabel("iterations")
         ax.set_ylabel(label)

@@ -18,6 +18,8 @@ import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
+from edgeml.analysis.compare import HOST_BOUND  # noqa: E402
+
 X_AXES = {"time_s": "training time (s)", "total_steps": "total steps over all workers",
           "total_mb": "bytes sent by all nodes (MB)", "ingress_mb": "bytes into the parameter server (MB)",
           "iterations": "iterations"}
@@ -99,11 +101,20 @@ class Styles:
     def of(cls, df: pd.DataFrame) -> "Styles":
         """The methods of a figure's table, and the settings of those run in several."""
         methods = order_of(df, "method")
+        # a method with runs whose step times the host set, not the device model (``analysis.compare.host_bound``)
+        marked = set(df.loc[df["host_bound"].astype(bool), "method"]) if "host_bound" in df else set()
+        notes = {m: HOST_BOUND for m in methods if m in marked}
         if "setting" not in df:
-            return cls(methods, [])
+            return cls(methods, [], notes)
         several = df.groupby("method", sort=False)["setting"].transform("nunique") > 1
         settings = order_of(df[several], "setting")
-        return cls(methods, settings, solo=bool(settings) and not df.loc[~several, "setting"].isin(settings).all())
+        return cls(methods, settings, notes,
+                   solo=bool(settings) and not df.loc[~several, "setting"].isin(settings).all())
+
+    def add_notes(self, notes: dict[str, str]) -> None:
+        """Add remarks after methods' names, beside any they have."""
+        for m, note in notes.items():
+            self.notes[m] = "; ".join(filter(None, (self.notes.get(m), note)))
 
     def legend(self, fig: Figure, lines: bool = True) -> None:
         """Methods (colour and marker) and, when some method ran in several, settings (line style), below the

@@ -53,7 +53,10 @@ def calibrate(job) -> dict[str, Any]:
     return {"measured_step_s": max(measured.values()), "measured_by_device": measured, "cores": cores,
             "utilization_target": UTILIZATION, "demand_steps": cpu_demand, "base_step_s": base,
             "throttle": cfg.cluster.throttle, "throttle_mode": cfg.cluster.throttle_mode,
-            "base_step_s_given": bool(cfg.cluster.base_step_s), "oversubscribed": base < needed}
+            "base_step_s_given": bool(cfg.cluster.base_step_s),
+            # predicted before the run (a given base_step_s too short for the CPU workers on these cores); whether
+            # contention did distort it is measured during the run: meta.json "oversubscribed" (contention.py)
+            "demand_exceeds_cores": base < needed}
 
 
 def _measure(job, device: str) -> float:

@@ -36,6 +36,7 @@ from edgeml.runtime.monitor import Monitor, NodeReport, Totals, error_report, re
 from edgeml.rundir import RunWriter
 from edgeml.runtime.base import Counters, Message, TagCounters, describe_blocked, layout
 from edgeml.runtime.interference import Supervisor, pin
+from edgeml.runtime.procs.contention import HostLoad, assess, message as contention_message
 from edgeml.runtime.procs.node import die_with_parent
 from edgeml.runtime.procs.transport import CONTROL, Endpoint, Transport
 
@@ -290,6 +291,18 @@ def await_ready(transport: Transport, ranks, control, within: float = 300.0) -> 
         control.put(item)
 
 
+def _mark_contention(job, run: RunMonitor, writer: RunWriter, host: HostLoad) -> None:
+    """Record each node's throttled step time against its target and the host's load; mark the run (and say
+    so on stderr, its last lines) when the host's contention, not the device model, set the speeds."""
+    cluster = job.cfg.cluster
+    record = assess({r: st.get("step_times") for r, st in run.stats.items()},
+                    {r: info.name for r, info in run.lay.infos.items()}, host.summary(),
+                    throttled=cluster.throttle and cluster.throttle_mode == "absolute")
+    writer.write_meta(oversubscribed=record["marked"], contention=record)
+    if record["marked"]:
+        print(contention_message(record, cluster.workers), file=sys.stderr)
+
+
 def monitor_main(endpoint: Endpoint, job, programs: list, path: str, progress, control, result,
                  standalone: bool = True, supervised: bool = True) -> None:
     """Entry point of the monitor (rank 0): evaluation, stopping rules, progress (``progress()`` makes the
@@ -319,8 +332,10 @@ def monitor_main(endpoint: Endpoint, job, programs: list, path: str, progress, c
         interferers.stop()
         raise
     try:
-        status, reason, duration = run.run(control, launcher_gone)
+        with HostLoad() as host:
+            status, reason, duration = run.run(control, launcher_gone)
         progress.__exit__(None, None, None)
+        _mark_contention(job, run, writer, host)
         reports = list(run.reports.values())
         writer.finish(*report_rows(reports, duration), run.series,
                       summarize(job, reports, monitor.rows, duration, status, reason), duration, status, reason)

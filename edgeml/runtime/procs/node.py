@@ -29,6 +29,7 @@ from threadpoolctl import threadpool_limits
 
 from edgeml.runtime.base import INTERRUPTED, Layout, Message, Node, NodeCrashed, StopRun, layout
 from edgeml.runtime.interference import Load, LoadMeter
+from edgeml.runtime.procs.contention import StepTimes
 from edgeml.runtime.procs.transport import CONTROL, Endpoint, Transport
 
 STATS_INTERVAL_S = 0.25
@@ -49,6 +50,8 @@ class ProcsNode(Node):
         self.epoch = epoch
         self.stop = transport.stopped
         self.throttle_debt = 0.0
+        self.step_times = StepTimes()
+        """Throttled steps' targets against their realised times (``contention``: did the host distort them)."""
         self.next_stats = 0.0
         self.next_snapshot = 0.0
         self.sent_series = 0
@@ -84,6 +87,7 @@ class ProcsNode(Node):
         tr = self.transport
         blob = pickle.dumps({
             "counters": asdict(self.counters), "tags": {k: asdict(v) for k, v in self.tags.items()},
+            "step_times": asdict(self.step_times),
             "series": rows, "crashed_at": self.crashed_at, "final": final, "time": self.now(),
             "blocked_since": self.blocked_since, "blocked_on": self.waiting_for(), "sent": tr.sent,
             "arrived": tr.arrived, "lost": dict(tr.lost), "exposes": self.exposed is not None})
@@ -155,6 +159,7 @@ class ProcsNode(Node):
         actual = time.perf_counter() - t0
         if target > 0:
             self.throttle_debt = min(max(self.throttle_debt + actual - target, 0.0), target)
+            self.step_times.add(target, actual, elapsed)
         return result, actual
 
     def _stop_run(self, reason):
