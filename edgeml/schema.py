@@ -363,9 +363,10 @@ rest is room for what is appended to one (``-s<seed>``, ``.tmp``)."""
 PATH_MAX_BYTES = 3800
 """The longest path a setting may hold (``run.out``, ``data.root``, ``load.dir``), in UTF-8 bytes: Linux takes
 4096, and the files of a run directory go below it."""
-MAX_EVALUATIONS = 100_000
+MAX_EVALUATIONS = 10_000_000
 """Evaluations one run may make (``stop.max_time / eval.interval``): each is a forward pass over the test
-samples, so more would outlast any budget."""
+samples, a millisecond at the least, so more would outlast any budget (a time limit of 100000 s that only backs
+up a step budget, evaluated every 0.05 s, makes 2 million)."""
 NODE_MIB = {"sim": 0.125, "procs": 16.0}
 """The least memory one node takes, in MiB, by backend (measured with the smallest model: a sim node's state and
 coroutine; a procs node's own pages, forked from a parent that holds torch); a model's copies come on top."""

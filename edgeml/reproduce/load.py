@@ -20,6 +20,7 @@ import edgeml
 from edgeml.analysis.claims import Claim, parse_claim
 from edgeml.analysis.convergence import RULES, Target
 from edgeml.errors import UserError
+from edgeml.reproduce.validate import validate
 from edgeml.schema import check_fields, ranged, update_section
 
 SEED = {"ge": 0, "le": 2**32 - 1}  # as run.seed: every seed of an experiment becomes one
@@ -367,6 +368,8 @@ def load_experiment(paper: str) -> Experiment:
             if a.split("[", 1)[0] not in names:
                 raise UserError(f"{where}: claim {c.text!r}: its diagnosis names ablation {a!r}, which is no run "
                                 f"of this experiment: add it as a [[runs]] entry or choose among {', '.join(names)}")
-    return Experiment(path, e.paper or path.stem, e.title or path.stem, e.description, e.seeds, e.quick_seeds,
-                      baseline, targets, e.differences, doc.get("settings", {}), doc.get("quick", {}), runs, claims,
-                      figures, dict(e.labels))
+    exp = Experiment(path, e.paper or path.stem, e.title or path.stem, e.description, e.seeds, e.quick_seeds,
+                     baseline, targets, e.differences, doc.get("settings", {}), doc.get("quick", {}), runs, claims,
+                     figures, dict(e.labels))
+    validate(exp)  # the whole experiment, its --quick configuration too
+    return exp
