@@ -263,7 +263,13 @@ class Comparison:
         return title, [c[0] for c in cols], [[f(r) for _, f in cols] for _, r in t.iterrows()]
 
     def reach_display(self) -> tuple[list[str], list[list[str]]]:
-        """Time until each target per run label: mean [95% interval], or a bound where seeds never got there."""
+        """Time until each target per run label: mean [95% interval], or a bound where seeds never got there.
+        Made once (the markdown and the console table both show it; each interval is a bootstrap)."""
+        if "_reach_display" not in self.__dict__:
+            self.__dict__["_reach_display"] = self._reach_display()
+        return self.__dict__["_reach_display"]
+
+    def _reach_display(self) -> tuple[list[str], list[list[str]]]:
         labels = list(dict.fromkeys(self.reach["run"]))
         targets = list(dict.fromkeys(self.reach["target"]))
         cells = []

@@ -165,7 +165,15 @@ def reach(evals: pd.DataFrame, target: Target, end: dict, stop: tuple[float, int
 
 def reach_run(run: Run, target: Target) -> Reach:
     """Where a run reaches ``target``; censored at what the run spent (its summary), the stopping rule read from
-    the run's own config."""
+    the run's own config. Found once per run and target: a report's tables, claims and figures ask for the same
+    ones thousands of times."""
+    known = run.__dict__.setdefault("_reach", {})
+    if target not in known:
+        known[target] = _reach_run(run, target)
+    return known[target]
+
+
+def _reach_run(run: Run, target: Target) -> Reach:
     s, stop = run.summary, run.config.get("stop", {})
     return reach(run.evals, target, {"time": s["duration_s"], "steps": s["total_steps"], "bytes": s["total_bytes"],
                                      "ingress": s["ps_ingress_bytes"],
