@@ -321,8 +321,8 @@ def plot(
 
 @command("reproduce")
 def reproduce(
-    paper: Optional[str] = typer.Argument(None, help="Experiment name (a file experiments/<paper>.toml) or a .toml "
-                                                     "path."),
+    paper: Optional[str] = typer.Argument(None, help="Experiment name (a folder experiments/<paper>/), or the path of "
+                                                     "an experiment folder or .toml file."),
     quick: bool = typer.Option(False, "--quick", help="Reduced version that finishes in minutes on 2 cores."),
     out: Optional[Path] = typer.Option(
         None, help="Output folder (default runs/reproduce/<paper>/, or .../quick/; the committed reproductions: "

@@ -17,16 +17,16 @@ if ! "$python" -c 'import edgeml' 2>/dev/null; then
   exit 2
 fi
 shopt -s nullglob
-experiments=("$root"/experiments/*.toml)
+experiments=("$root"/experiments/*/experiment.toml)
 if [ ${#experiments[@]} -eq 0 ]; then
-  echo "no experiment files in $root/experiments" >&2
+  echo "no experiment folders in $root/experiments" >&2
   exit 1
 fi
 
 cd "$root"
 failed=()
 for file in "${experiments[@]}"; do
-  paper="$(basename "$file" .toml)"
+  paper="$(basename "$(dirname "$file")")"
   if "$python" -c 'import sys; from edgeml.config import tomllib; sys.exit(0 if tomllib.load(open(sys.argv[1], "rb")).get("experiment", {}).get("ci", True) else 1)' "$file"; then :; else
     echo "== $paper: skipped (ci = false in its [experiment])"
     continue

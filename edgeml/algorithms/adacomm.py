@@ -12,7 +12,7 @@ local models), and returns W with the tau of the next round.
   the search). Trials do not start from a common state; the reward was designed for exactly that, whereas raw
   loss decrease per second always favours the first candidate, which sees the steepest part of the curve.
   The search runs inside the timed run; the paper compares against tuned baselines, so the ADSP experiment
-  gives tau0 from an offline sweep instead (``experiments/adsp.toml``).
+  gives tau0 from an offline sweep instead (``experiments/adsp/``).
 - **ADACOMM** then adapts tau every ``adapt_period_s`` seconds: tau = ceil(sqrt(L / L0) tau0) (Wang and
   Joshi 2018), L0 being the loss when tau0 took effect. **Fixed ADACOMM** keeps tau0.
 - *Time scale* (open in both papers for this setting): left at 0, ``trial_s`` is one time unit of the run

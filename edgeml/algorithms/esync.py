@@ -74,7 +74,7 @@ if TYPE_CHECKING:
 class SSGDConfig:
     lr: float = ranged(0.05, gt=0)
     """Local learning rate eta. ESync Sec. 5 uses 0.001 (the authors' code 0.0005), which
-    experiments/esync.toml pins; the default learns within a default run's 20 s."""
+    experiments/esync/ pins; the default learns within a default run's 20 s."""
     aggregation: Literal["allreduce", "ps"] = "allreduce"
     """How updates are averaged: the runtime's all-reduce among the devices, or a parameter server."""
 

@@ -57,7 +57,7 @@ def time_scale(job) -> float:
     """The run's unit for settings on the paper's time scale: 20 steps of the fastest device or 1/40 of the time
     budget (``stop.max_time``), whichever is longer. ADSP's 60 s check period is many mini-batches long
     and a small part of its hour-scale runs; with this unit a default 20 s run of 0.01 s steps gets 0.5 s
-    periods, and a 1000 s run of 2 s steps 40 s periods (what experiments/adsp.toml chose by hand)."""
+    periods, and a 1000 s run of 2 s steps 40 s periods (what experiments/adsp/ chose by hand)."""
     return max(20 * job.base_step_s, job.cfg.stop.max_time / 40)
 
 

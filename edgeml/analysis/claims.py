@@ -31,11 +31,18 @@ Every claim may also say:
   least ``MIN_SEEDS`` (``edgeml.analysis.verdicts.seed_rule``).
 - ``rule`` (``stays``, ``first``, ``smoothed``, ``stopping``) for a claim on a target: the arrival rule it is
   decided on (default: the experiment's); ``window`` the number of evaluations the ``smoothed`` rule averages.
-- ``diagnosis = {cause = "...", text = "...", ablations = ["run", ...]}``: why a claim does not read holds,
-  in one of the four ``CAUSES``, with the runs that test the cause (each is decided as the claim with the
-  ablation in place of the claim's run, and its measured effect is reported beside the diagnosis). A claim that
-  compares two runs names an ablation of both as ``"run vs baseline"`` (``"ssp-network vs bsp-network"``): the
-  claim decided on that pair (``Diagnosis.pairs``).
+- ``reading = { quote = "...", section = "ADSP Sec. 5.2" }``: how the paper itself defines the quantity the
+  claim measures (a short verbatim quote and where it stands), or ``reading = "open"`` where the paper leaves it
+  open; printed with the claim. A headline claim must have one.
+- ``diagnosis = {departures = ["id", ...], text = "...", ablations = ["run", ...]}``: why a claim does not read
+  holds. It cites the rows of the paper's departures ledger (``edgeml.analysis.ledger``) it blames; its cause
+  (``CAUSES``) follows from their kind (``cause`` may be left out where they share one), or is ``"claim"`` where
+  its ablations put the paper's own setting on those factors and the result still falls short. Its ablations
+  are the runs that test the cause (each is decided as the claim with the ablation in place of the claim's run,
+  and its measured effect is reported beside the diagnosis); each must differ from the claim's runs in the
+  config keys of the cited rows alone (checked when the experiment loads). A claim that compares two runs names
+  an ablation of both as ``"run vs baseline"`` (``"ssp-network vs bsp-network"``): the claim decided on that
+  pair (``Diagnosis.pairs``).
 
 How a claim is decided on runs is ``edgeml.analysis.verdicts``.
 """
@@ -57,7 +64,7 @@ REACHED = "reached"
 """A claim's target that is no number: the highest accuracy (lowest loss) every run of the claim reaches
 (``convergence.highest_reached``)."""
 CLAIM_KEYS = {"text", "metric", "run", "baseline", "kind", "paper_value", "op", "direction", "effect", "seeds",
-              "targets", "rule", "figure", "margin", "headline", "window", "diagnosis"}
+              "targets", "rule", "figure", "margin", "headline", "window", "diagnosis", "reading"}
 MIN_SEEDS = 2
 """The seeds any verdict needs: one run never decides a claim."""
 HEADLINE_SEEDS = 5
@@ -65,10 +72,14 @@ HEADLINE_SEEDS = 5
 does not hold."""
 CAUSES = {"setting": "the paper's setting differs",
           "implementation": "our implementation departs from the paper",
+          "metric": "we measure the quantity otherwise than the paper",
           "budget": "the budget or the seeds are short",
           "claim": "the claim does not hold as far as we can tell"}
-"""A diagnosis's cause: why a claim does not read holds."""
-DIAGNOSIS_KEYS = {"cause", "text", "ablations"}
+"""A diagnosis's cause: why a claim does not read holds. Each but "claim" is the kind of a ledger row."""
+DIAGNOSIS_KEYS = {"cause", "text", "ablations", "departures"}
+READING_KEYS = {"quote", "section"}
+OPEN = "open"
+"""A claim's ``reading`` where the paper does not define the quantity it reports."""
 ABLATION_VS = " vs "
 """Joins an ablation's run and baseline: ``"ssp-network vs bsp-network"``."""
 
@@ -78,9 +89,10 @@ class Diagnosis:
     """Why a claim does not read holds: a ``cause`` of ``CAUSES``, one line saying how (the setting that
     differs, where the implementation departs...), and the ablation runs that test it."""
 
-    cause: str
+    cause: str | None  # None until the ledger's rows give it (``edgeml.analysis.ledger.check_diagnoses``)
     text: str
     ablations: tuple[str, ...] = ()
+    departures: tuple[str, ...] = ()  # the ledger rows it blames, by id
 
     @property
     def cause_text(self) -> str:
@@ -92,6 +104,22 @@ class Diagnosis:
         own)."""
         split = [a.partition(ABLATION_VS) for a in self.ablations]
         return [(run.strip(), base.strip() if vs else None) for run, vs, base in split]
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How the paper defines the quantity a claim measures: its words and where (``quote`` "" : it leaves it
+    open)."""
+
+    quote: str = ""
+    section: str = ""
+
+    @property
+    def open(self) -> bool:
+        return not self.quote
+
+    def words(self) -> str:
+        return "the paper leaves it open" if self.open else f"\"{self.quote}\" ({self.section})"
 
 
 @dataclass(frozen=True)
@@ -114,6 +142,7 @@ class Claim:
     headline: bool = False
     window: int | None = None
     diagnosis: Diagnosis | None = None
+    reading: Reading | None = None
 
     @property
     def on_target(self) -> bool:
@@ -226,7 +255,24 @@ def parse_claim(raw: dict, where: str, default_baseline: str) -> Claim:
                  tuple(seeds) if seeds else None,
                  tuple(t if t == REACHED else float(t) for t in targets) if targets else None, rule,
                  raw.get("figure"), float(margin) if margin is not None else None, headline, window,
-                 parse_diagnosis(raw.get("diagnosis"), bad))
+                 parse_diagnosis(raw.get("diagnosis"), bad), parse_reading(raw.get("reading"), headline, bad))
+
+
+def parse_reading(raw, headline: bool, bad) -> Reading | None:
+    """A claim's ``reading``: ``{ quote = "...", section = "ADSP Sec. 5.2" }`` or ``"open"``; a headline claim
+    must state one."""
+    example = 'reading = { quote = "the time when the stopping rule fires", section = "ADSP Sec. 5.2" }'
+    if raw is None:
+        if headline:
+            raise bad(f"a headline claim states how the paper defines what it measures: {example}, or "
+                      f"reading = \"{OPEN}\" where the paper leaves it open")
+        return None
+    if raw == OPEN:
+        return Reading()
+    if not isinstance(raw, dict) or set(raw) != READING_KEYS or not all(
+            isinstance(raw[k], str) and raw[k].strip() and "\n" not in raw[k].strip() for k in READING_KEYS):
+        raise bad(f"reading must be {example} (each one line), or \"{OPEN}\"")
+    return Reading(raw["quote"].strip(), raw["section"].strip())
 
 
 def parse_diagnosis(raw, bad) -> Diagnosis | None:
@@ -234,12 +280,17 @@ def parse_diagnosis(raw, bad) -> Diagnosis | None:
     if raw is None:
         return None
     if not isinstance(raw, dict):
-        raise bad('diagnosis must be a table: diagnosis = {cause = "budget", text = "...", ablations = ["run"]}')
+        raise bad('diagnosis must be a table: diagnosis = {departures = ["model"], text = "...", ablations = ["run"]}')
     unknown = sorted(set(raw) - DIAGNOSIS_KEYS)
     if unknown:
         raise bad(f"unknown key {unknown[0]!r} in its diagnosis: allowed keys are {', '.join(sorted(DIAGNOSIS_KEYS))}")
     cause, text, ablations = raw.get("cause"), raw.get("text"), raw.get("ablations", [])
-    if cause not in CAUSES:
+    departures = raw.get("departures", [])
+    if not (isinstance(departures, list) and departures and all(isinstance(d, str) and d for d in departures)
+            and len(set(departures)) == len(departures)):
+        raise bad("a diagnosis cites the ledger rows it blames: departures = [\"model\", ...] (the ids of "
+                  "ledger.toml's [[departure]] rows, each once)")
+    if cause is not None and cause not in CAUSES:
         raise bad(f"diagnosis cause = {cause!r}: choose one of {', '.join(CAUSES)} "
                   f"({'; '.join(f'{k}: {v}' for k, v in CAUSES.items())})")
     if not isinstance(text, str) or not text.strip() or "\n" in text.strip():
@@ -249,4 +300,6 @@ def parse_diagnosis(raw, bad) -> Diagnosis | None:
                                                  for a in ablations)):
         raise bad("diagnosis ablations must be a list of run names, or of pairs \"run vs baseline\", e.g. "
                   "ablations = [\"adsp-unbiased\"]")
-    return Diagnosis(cause, text.strip(), tuple(ablations))
+    if cause == "claim" and not ablations:
+        raise bad("cause = \"claim\" needs the ablations that put the paper's own setting on the cited factors")
+    return Diagnosis(cause, text.strip(), tuple(ablations), tuple(departures))

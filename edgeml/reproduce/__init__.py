@@ -2,7 +2,8 @@
 ``runs/reproduce/<paper>/``, and ``.../quick/`` with ``--quick``: a scratch folder git ignores; the committed
 reproductions under ``results/<paper>/`` are written with ``--out results/<paper>``).
 
-Output: ``experiment.toml`` (the file used), ``runs/``, ``compare.csv``, ``compare_runs.csv``,
+Output: ``experiment.toml``, ``notes.md`` and ``ledger.toml`` (a copy of the experiment used), ``runs/``,
+``compare.csv``, ``compare_runs.csv``,
 ``compare_reach.csv``, ``compare.md``, ``figures/`` (PNG and PDF, one folder per figure group), ``verdicts.csv``
 (each claim's result: ``edgeml reproduce --summary`` renders the scoreboard ``results/README.md`` from them) and
 ``REPORT.md``: the verdicts, then one section per figure group with the paper's statements, what was measured,
@@ -15,7 +16,12 @@ planned runs (pure), ``execute`` runs or keeps them (one at a time, side by side
 (``edgeml.analysis.compare``), figures (``edgeml.analysis.figures``), verdicts (``edgeml.analysis.verdicts``) and
 REPORT.md from the finished runs alone.
 
-Experiment file ``experiments/<paper>.toml``::
+An experiment is a folder ``experiments/<paper>/``: ``experiment.toml`` (below); ``notes.md``, the prose under
+the headings ``## description``, ``## differences`` and ``## <figure id>`` (each instead of the key of that name
+below), where a measured number is a placeholder the report fills from the runs, ``{{ mean(final_accuracy,
+"snap-100") }}`` (``edgeml.analysis.placeholders``); and ``ledger.toml``, the paper's departures
+(``edgeml.analysis.ledger``), which the report opens with and every diagnosis cites. A lone ``.toml`` file is an
+experiment without notes or ledger. ``experiment.toml``::
 
     [experiment]
     paper = "baselines"          # the default output is runs/reproduce/<paper>/ (default: the file name)
@@ -77,6 +83,14 @@ Experiment file ``experiments/<paper>.toml``::
     figure = "fig5"              # optional: the figure group(s) it is drawn in (an id, a list of ids, or a
                                  # title of its own: "Fig. 2: SSP" draws every panel in figures/fig-2/)
 
+    [[group]]                    # entries with defaults: any key of an entry but name, label, points and tunes;
+    figure = "fig6"              # tables merge key by key (the entry winning), other values are the entry's
+    config = { stop = { max_time = 100000 } }   # where it gives one; its entries come after the [[runs]]
+    [[group.runs]]
+    name = "fig6-bsp"
+    algorithm = "bsp"
+                                 # (or the group's entries a line each: runs = [{ name = "fig6-ssp", ... }])
+
     [[claims]]                   # see edgeml.analysis.claims (kinds, fields) and .verdicts
     text = "ADSP converges 80% faster than BSP (Fig. 4b)"
     metric = "time_to_target"
@@ -90,12 +104,18 @@ Experiment file ``experiments/<paper>.toml``::
                                  # 0.005, that every run of the claim's run and baseline reaches
     headline = true              # optional: the paper's abstract or conclusions state it (needs 5 seeds)
     rule = "first"               # optional: the arrival rule it is decided on (window = N with "smoothed")
-    diagnosis = { cause = "budget", text = "...", ablations = ["adsp-long"] }   # optional: why it does not
-                                 # read holds (cause: setting, implementation, budget or claim), with the runs
-                                 # that test it, each decided in the claim's place ("run vs baseline": an
-                                 # ablation of both sides of a comparison)
+    reading = { quote = "...", section = "ADSP Sec. 5.2" }   # how the paper defines the quantity (a headline
+                                 # claim must say; "open" where the paper leaves it open)
+    diagnosis = { departures = ["budget"], text = "...", ablations = ["adsp-long"] }   # optional: why it does
+                                 # not read holds: the ledger rows it blames, its cause their kind (or cause =
+                                 # "claim": the ablations put the paper's own setting there and it still falls
+                                 # short), with the runs that test it, each decided in the claim's place ("run
+                                 # vs baseline": an ablation of both sides) and each differing from the claim's
+                                 # runs in the cited rows' config keys alone
+    # claims may be grouped as runs are: [[group]] with claim keys as defaults, then [[group.claims]]
 
-Layers merge in this order, later winning key by key: settings, run config, quick, run quick, sweep values,
+Layers merge in this order, later winning key by key: settings, run config (its group's, then its own), quick,
+run quick (its group's, then its own), sweep values,
 then ``run.algorithm``/``run.seed`` (and ``--backend``).
 """
 

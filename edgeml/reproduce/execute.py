@@ -29,7 +29,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 
 from edgeml import rundir
 from edgeml.errors import RunFailed, UserError
-from edgeml.reproduce.load import Experiment
+from edgeml.reproduce.load import FILES, Experiment, companions
 from edgeml.reproduce.plan import PlannedRun
 
 
@@ -159,6 +159,11 @@ def prepare_out(exp: Experiment, out: Path, work: list[Work], force: bool, conso
     copy = inside(out, out / "experiment.toml", "the experiment file's copy")
     if not (copy.exists() and copy.samefile(exp.source)):  # continued from its own copy: already there
         shutil.copyfile(exp.source, copy)
+        brought = {p.name: p for p in companions(exp.source)}  # notes.md, ledger.toml: the copy's too
+        for name in FILES[1:]:
+            (out / name).unlink(missing_ok=True)
+            if name in brought:
+                shutil.copyfile(brought[name], out / name)
     planned = {w.run.dirname for w in work}
     stale = sorted({p.name for p in (out / "runs").glob("*") if p.is_dir()} - planned) \
         if (out / "runs").is_dir() else []

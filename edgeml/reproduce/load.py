@@ -1,30 +1,41 @@
-"""Experiment files (``experiments/<paper>.toml``, format in ``edgeml.reproduce``) read into typed dataclasses.
+"""Experiment folders (``experiments/<paper>/``, format in ``edgeml.reproduce``) read into typed dataclasses.
 
 Each table goes through the machinery run configs go through (``edgeml.schema``): its keys are the fields of
 a dataclass (an unknown key is refused with the allowed ones), values are coerced to the fields' types
 (``update_section``), and numbers must be finite and within the ranges declared beside their fields
 (``ranged``, ``check_fields``). What involves several tables (unique run names, figure groups that runs name,
-targets) is checked here too; what involves the runs' configurations is ``edgeml.reproduce.plan``'s.
+targets, the prose's placeholders, the departures ledger and the diagnoses that cite it, each ablation's one
+factor) is checked here too; what else involves the runs' configurations is ``edgeml.reproduce.plan``'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import edgeml
-from edgeml.analysis.claims import Claim, parse_claim
+from edgeml.analysis import ledger as ledger_mod
+from edgeml.analysis import placeholders
+from edgeml.analysis.claims import CLAIM_KEYS, Claim, parse_claim
 from edgeml.analysis.convergence import RULES, Target
 from edgeml.errors import UserError
 from edgeml.reproduce.validate import validate
 from edgeml.schema import check_fields, ranged, update_section
 
 SEED = {"ge": 0, "le": 2**32 - 1}  # as run.seed: every seed of an experiment becomes one
-TOP_KEYS = {"experiment", "settings", "quick", "runs", "claims", "figures"}
+TOP_KEYS = {"experiment", "settings", "quick", "runs", "group", "claims", "figures"}
+EXPERIMENT = "experiment.toml"
+NOTES = "notes.md"
+FILES = (EXPERIMENT, NOTES, ledger_mod.LEDGER)
+"""An experiment folder's files: the run matrix and claims, the prose, the departures ledger (the last two
+optional); a reproduction's output folder keeps a copy of each."""
+NOTE_KEYS = ("description", "differences")
+"""The headings of notes.md besides the figure groups' ids."""
 
 
 @dataclass
@@ -114,6 +125,7 @@ class Experiment:
     claims: list[Claim]
     figures: dict[str, FigureGroup]
     labels: dict[str, str] = field(default_factory=dict)
+    ledger: list[ledger_mod.Departure] | None = None  # None: the experiment has no ledger.toml
 
     def run_names(self) -> dict[str, str]:
         """What figures and verdicts call the runs of each ``[[runs]]`` entry, by its name: its ``label``, else
@@ -128,18 +140,51 @@ def experiment_dirs() -> list[Path]:
 
 
 def experiment_names() -> list[str]:
-    return sorted({p.stem for d in experiment_dirs() if d.is_dir() for p in d.glob("*.toml")})
+    return sorted({p.parent.name for d in experiment_dirs() if d.is_dir() for p in d.glob(f"*/{EXPERIMENT}")})
 
 
 def find_experiment(paper: str) -> Path:
+    """The experiment file of a paper's name (``experiments/<paper>/experiment.toml``), of a folder holding one
+    (a reproduction's output folder keeps a copy), or a ``.toml`` file itself."""
     if paper.endswith(".toml") and Path(paper).is_file():
         return Path(paper)
+    if (Path(paper) / EXPERIMENT).is_file():
+        return Path(paper) / EXPERIMENT
     for d in experiment_dirs():
-        if (d / f"{paper}.toml").is_file():
-            return d / f"{paper}.toml"
+        if (d / paper / EXPERIMENT).is_file():
+            return d / paper / EXPERIMENT
     names = experiment_names()
     raise UserError(f"no experiment {paper!r}: choose one of {', '.join(names) or '(none)'} "
-                    f"(files in {' or '.join(str(d) for d in experiment_dirs())})")
+                    f"(folders in {' or '.join(str(d) for d in experiment_dirs())})")
+
+
+def companions(path: Path) -> list[Path]:
+    """The files an experiment file brings (notes.md, ledger.toml): those beside it, where it is an
+    ``experiment.toml`` (a lone ``x.toml`` brings none)."""
+    if path.name != EXPERIMENT:
+        return []
+    return [path.parent / f for f in FILES[1:] if (path.parent / f).is_file()]
+
+
+def read_notes(path: Path, figures: set[str]) -> dict[str, str]:
+    """notes.md's prose by its ``## `` headings: ``description``, ``differences`` and figure ids (a ``# `` title
+    line above them is for readers); an unknown heading, or text before the first, is refused."""
+    sections: dict[str, list[str]] = {}
+    current = None
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if line.startswith("## "):
+            current = line[3:].strip()
+            if current not in NOTE_KEYS and current not in figures:
+                raise UserError(f"{path.name}:{n}: heading {current!r} is neither {', '.join(NOTE_KEYS)} nor a figure "
+                                f"id ({', '.join(sorted(figures)) or 'none'})")
+            if current in sections:
+                raise UserError(f"{path.name}:{n}: heading {current!r} appears twice: one section each")
+            sections[current] = []
+        elif current is not None:
+            sections[current].append(line)
+        elif line.strip() and not line.startswith("# "):
+            raise UserError(f"{path.name}:{n}: text before the first heading: put it under ## description")
+    return {k: "\n".join(v).strip() for k, v in sections.items()}
 
 
 def _check_keys(where: str, table: Any, allowed: set[str]) -> dict:
@@ -335,8 +380,45 @@ def _figure_groups(where: str, doc: dict, runs: list[RunSpec]) -> dict[str, Figu
     return figures
 
 
+GROUP_SHARED = {"runs": {"algorithm", "config", "quick", "sweep", "quick_sweep", "figure", "seeds", "quick_seeds"},
+                "claims": CLAIM_KEYS - {"text", "diagnosis", "reading"}}
+"""A ``[[group]]`` holds run entries (``[[group.runs]]``) or claims (``[[group.claims]]``) and defaults for them,
+of these keys: tables merge key by key (the entry winning), other values are the entry's where it gives one."""
+
+
+def _merged(base: Any, over: Any) -> Any:
+    """``over`` on ``base``, tables key by key (``base``'s keys first, as written)."""
+    if not isinstance(base, dict) or not isinstance(over, dict):
+        return over
+    return {**base, **{k: _merged(base.get(k), v) if k in base else v for k, v in over.items()}}
+
+
+def _entries(path: Path, doc: dict, kind: str) -> list[Any]:
+    """Every entry of ``kind`` ("runs" or "claims"): the top-level ones, then each ``[[group]]``'s, its defaults
+    merged in."""
+    entries = list(doc.get(kind, []))
+    groups = doc.get("group", [])
+    if not isinstance(groups, list):
+        raise UserError(f"{path.name}: write each group as [[group]], its entries as [[group.runs]] or "
+                        "[[group.claims]]")
+    for n, g in enumerate(groups, 1):
+        if not isinstance(g, dict) or ("runs" in g) == ("claims" in g):
+            raise UserError(f"{path.name}: [[group]] {n} holds entries of one kind: [[group.runs]] or "
+                            "[[group.claims]] tables after it")
+        if kind not in g:
+            continue
+        g = _check_keys(f"{path.name} [[group]] {n}", g, GROUP_SHARED[kind] | {kind})
+        items = g[kind]
+        if not isinstance(items, list) or not items or not all(isinstance(r, dict) for r in items):
+            raise UserError(f"{path.name}: [[group]] {n}: write each entry as a [[group.{kind}]] table")
+        for r in items:
+            entries.append({**{k: v for k, v in g.items() if k != kind and k not in r},
+                            **{k: _merged(g[k], v) if k in g and isinstance(v, dict) else v for k, v in r.items()}})
+    return entries
+
+
 def _run_specs(path: Path, doc: dict) -> list[RunSpec]:
-    runs = [_run_spec(path, r) for r in doc.get("runs", [])]
+    runs = [_run_spec(path, r) for r in _entries(path, doc, "runs")]
     if not runs:
         raise UserError(f"{path}: no [[runs]]: add at least one with name and algorithm")
     names = [r.name for r in runs]
@@ -355,8 +437,9 @@ def load_experiment(paper: str) -> Experiment:
     e, targets = _experiment_section(path, doc.get("experiment", {}))
     runs = _run_specs(path, doc)
     figures = _figure_groups(where, doc, runs)
+    _prose(path, e, figures)
     baseline = e.baseline or runs[0].name
-    claims = [parse_claim(c, where, baseline) for c in doc.get("claims", [])]
+    claims = [parse_claim(c, where, baseline) for c in _entries(path, doc, "claims")]
     names = [r.name for r in runs]
     for r in runs:
         for tuned in (r.tunes or {}).get("runs", {}):
@@ -368,8 +451,93 @@ def load_experiment(paper: str) -> Experiment:
             if a.split("[", 1)[0] not in names:
                 raise UserError(f"{where}: claim {c.text!r}: its diagnosis names ablation {a!r}, which is no run "
                                 f"of this experiment: add it as a [[runs]] entry or choose among {', '.join(names)}")
-    exp = Experiment(path, e.paper or path.stem, e.title or path.stem, e.description, e.seeds, e.quick_seeds,
-                     baseline, targets, e.differences, doc.get("settings", {}), doc.get("quick", {}), runs, claims,
-                     figures, dict(e.labels))
+    stem = path.parent.name if path.name == EXPERIMENT else path.stem
+    ledger = ledger_mod.read_ledger(path.parent) if path.name == EXPERIMENT else None
+    exp = Experiment(path, e.paper or stem, e.title or stem, e.description, e.seeds, e.quick_seeds, baseline,
+                     targets, e.differences, doc.get("settings", {}), doc.get("quick", {}), runs,
+                     ledger_mod.check_diagnoses(claims, ledger, where), figures, dict(e.labels), ledger)
+    _check_ledger(exp)
     validate(exp)  # the whole experiment, its --quick configuration too
     return exp
+
+
+def _prose(path: Path, e: ExperimentSection, figures: dict[str, FigureGroup]) -> None:
+    """The description, differences and figure texts from notes.md (none of them also in the experiment file),
+    each placeholder in them checked (``edgeml.analysis.placeholders``)."""
+    notes = read_notes(path.parent / NOTES, set(figures)) if path.name == EXPERIMENT and \
+        (path.parent / NOTES).is_file() else {}
+    for key, text in notes.items():
+        owner, field_name = (e, key) if key in NOTE_KEYS else (figures[key], "text")
+        if getattr(owner, field_name).strip():
+            raise UserError(f"{path.name}: {key!r} is written both in {NOTES} and here: keep it in {NOTES}")
+        setattr(owner, field_name, text)
+    for where, text in [("description", e.description), ("differences", e.differences),
+                        *((g.id, g.text) for g in figures.values())]:
+        try:
+            placeholders.parse(text)
+        except UserError as exc:
+            raise UserError(f"{NOTES if where in notes else path.name} ({where}): {exc}") from None
+
+
+def _check_ledger(exp: Experiment) -> None:
+    """The ledger's keys and tests name config keys and runs; each placeholder names runs; each diagnosis's
+    ablations differ from its claim's runs in the cited departures' keys alone."""
+    from edgeml.algorithms import ALIASES, REGISTRY
+    from edgeml.reproduce.plan import sweep_points
+    from edgeml.schema import COMMON_SECTIONS, Config
+
+    where = exp.source.name
+    entries = [r.name for r in exp.runs] + [n for r in exp.runs for n, _ in sweep_points(r)]
+    for text in [exp.description, exp.differences, *(g.text for g in exp.figures.values())]:
+        for p in placeholders.parse(text):
+            if not any(p.run == e or fnmatch.fnmatchcase(e, p.run) for e in entries):
+                raise UserError(f"{where}: placeholder {p.source!r} names run {p.run!r}, which picks no run of "
+                                "the experiment: name an entry or a glob, as --only takes them")
+    if exp.ledger:
+        known = [f"{s}.{f.name}" for s in COMMON_SECTIONS for f in dataclasses.fields(getattr(Config(), s))]
+        known += [f"{n}.{f.name}" for n, spec in REGISTRY.items() for f in dataclasses.fields(spec.config)]
+        known += [f"{a}.{k.split('.', 1)[1]}" for a, n in ALIASES.items() for k in known if k.startswith(f"{n}.")]
+        ledger_mod.check_keys(exp.ledger, known, entries, ledger_mod.LEDGER)
+    rows = {d.id: d for d in exp.ledger or []}
+    for c in exp.claims:
+        if c.diagnosis is None:
+            continue
+        cited = [rows[x] for x in c.diagnosis.departures]
+        for ablation, (run, base) in zip(c.diagnosis.ablations, c.diagnosis.pairs):
+            keys = _one_factor(exp, run, c.run) | (_one_factor(exp, base, c.baseline) if base and c.baseline
+                                                   else set())
+            if not keys:
+                raise UserError(f"{where}: claim {c.text!r}: ablation {ablation!r} changes no config key of the "
+                                "claim's runs: it tests no factor; leave it out of the diagnosis")
+            wide = ledger_mod.uncovered(keys, cited)
+            if wide:
+                raise UserError(f"{where}: claim {c.text!r}: ablation {ablation!r} also differs from the claim's "
+                                f"runs in {', '.join(wide)}, which no cited departure "
+                                f"({', '.join(c.diagnosis.departures)}) names: an ablation changes the cited "
+                                "factors alone")
+
+
+def _one_factor(exp: Experiment, ablation: str, claim_run: str) -> set[str]:
+    """The config keys in which ``ablation``'s runs differ from ``claim_run``'s (each of its points against the
+    claim's point nearest to it: the fewest keys apart)."""
+    a, c = _flat_points(exp, ablation), _flat_points(exp, claim_run)
+    if not a or not c:
+        return set()
+    return set().union(*(min((ledger_mod.differing_keys(x, y) for y in c), key=len) for x in a))
+
+
+def _flat_points(exp: Experiment, name: str) -> list[dict]:
+    """The full (not quick) configs of a run entry's points, or of one point, as ``{"section.key": value}``."""
+    from edgeml.reproduce.plan import _plan_spec
+    from edgeml.rundir import NOT_CONFIG
+
+    spec = next((s for s in exp.runs if s.name == name.split("[", 1)[0]), None)
+    if spec is None:
+        return []
+    points = {}
+    for p in _plan_spec(exp, replace(spec, seeds=[spec.seeds[0] if spec.seeds else exp.seeds[0]]), False, None,
+                        None):
+        if name in (p.name, p.spec):
+            points[p.name] = {f"{s}.{k}": v for s, kv in p.cfg.to_dict().items() for k, v in kv.items()
+                              if f"{s}.{k}" not in NOT_CONFIG}
+    return list(points.values())

@@ -20,9 +20,11 @@ from rich.table import Table
 
 import edgeml
 from edgeml.analysis.claims import Claim
+from edgeml.analysis import placeholders
 from edgeml.analysis.compare import Comparison, baseline_labels, choose_targets, claim_samples, compare
 from edgeml.analysis.convergence import RULE_NAMES, SMOOTH_WINDOW, Target, highest_reached
 from edgeml.analysis.figures import FigureFile, draw, plan_figures
+from edgeml.analysis.ledger import claim_lines, ledger_lines
 from edgeml.analysis.tables import md_table
 from edgeml.analysis.claims import CAUSES, HEADLINE_SEEDS, REACHED
 from edgeml.analysis.verdicts import (HEADLINE_MARK, HOLDS_SHARE, NEEDS_DIAGNOSIS, Result, evaluate, paper_text,
@@ -302,8 +304,8 @@ def claim_at(r: Result) -> str:
 def write_report(report: Report) -> Path:
     """REPORT.md: the verdicts, the failed runs, one section per figure group, the results table, how it was
     produced, the differences from the paper."""
-    lines = [*_opening(report), *_verdicts(report), *_failed(report), *_figure_sections(report), *_results(report),
-             *_produced(report), *_differences(report)]
+    lines = [*_opening(report), *ledger_lines(report.exp.ledger), *_verdicts(report), *_failed(report),
+             *_figure_sections(report), *_results(report), *_produced(report), *_differences(report)]
     path = report.out / "REPORT.md"
     path.write_text("\n".join(lines))
     return path
@@ -313,7 +315,7 @@ def _opening(r: Report) -> list[str]:
     note = ["> This is the **quick** reproduction: the description is the full experiment's; what the quick version "
             "changes is in the settings at the end of this report.", ""] if r.quick else []
     ran, missing = what_ran(r.runs), not_run(r)
-    return [f"# {r.exp.title}", "", *note, r.exp.description.strip(), "",
+    return [f"# {r.exp.title}", "", *note, _prose(r, r.exp.description).strip(), "",
             *([f"**What ran** (read from the runs behind this report): {ran}.", ""] if ran else []),
             *([f"**Not run yet**: {sum(len(s) for s in missing.values())} of the {len(r.planned)} planned runs, "
                + "; ".join(f"`{name}` seed{'s' if len(s) > 1 else ''} {', '.join(map(str, s))}"
@@ -393,12 +395,12 @@ def _figure_sections(r: Report) -> list[str]:
         g = r.exp.figures.get(gid)
         lines += [f"## {g.title if g else 'Figures'}", ""]
         if g and g.text:
-            lines += [g.text, ""]
+            lines += [_prose(r, g.text), ""]
         members = list(dict.fromkeys(p.name for p in r.done if gid in p.figures))
         lines += ["Runs: " + ", ".join(f"`{m}`" for m in members) + ".", ""]
         mine = [x for x in r.results if (x.figure or "") == gid]
         if mine:
-            lines += [_claims_table(mine), "", *_notes(r.exp, mine)]
+            lines += [_claims_table(mine), "", *_notes(r.exp, mine), *_claim_lines(r, mine)]
         if g and g.settled:
             lines += _settled(r, g.settled, set(members))
         lines += _tuning(r, [spec for spec in r.exp.runs if spec.tunes and spec.name in
@@ -588,8 +590,25 @@ def _toml(layers: dict) -> str:
     return tomli_w.dumps(layers).strip() if layers else "(none)"
 
 
+def _prose(r: Report, text: str) -> str:
+    """The experiment's prose with its measured numbers filled from the runs (``edgeml.analysis.placeholders``)."""
+    return placeholders.fill(text, r.cmp.per_run if r.cmp is not None else None, {p.name: p.spec for p in r.planned})
+
+
+def _claim_lines(r: Report, results: list[Result]) -> list[str]:
+    """Under a section's notes: each claim's own reading in the paper, and the departures its runs carry."""
+    claims = {c.text: c for c in r.exp.claims}
+    lines = []
+    for text in dict.fromkeys(x.claim for x in results):
+        c = claims.get(text)
+        if c is not None:
+            runs = [p.layers for p in r.planned if {p.name, p.spec} & {c.run, c.baseline}]
+            lines += claim_lines(c, r.exp.ledger, runs)
+    return lines + [""] if lines else []
+
+
 def _differences(r: Report) -> list[str]:
-    lines = ["## Differences from the paper", "", r.exp.differences.strip() or "(none noted)", ""]
+    lines = ["## Differences from the paper", "", _prose(r, r.exp.differences).strip() or "(none noted)", ""]
     if r.quick:
         reduced = "; ".join(f"{s}.{k} = {fmt_value(v)}" for s, kv in r.exp.quick.items() for k, v in kv.items())
         lines += [f"This is the **quick** reproduction (`--quick`), reduced to finish in minutes on 2 cores "
