@@ -427,29 +427,35 @@ def verify(path: Path) -> str | None:
     meta = parsed[META]
     if isinstance(meta, dict) and meta.get("status") != summary["status"]:
         return f"meta.json says {meta.get('status')} where summary.json says {summary['status']}"
-    return _last_evaluation_problem(list(csv.DictReader(io.StringIO(found[EVALS].decode("utf-8"), newline=""))),
-                                    summary)
+    rows = list(csv.DictReader(io.StringIO(found[EVALS].decode("utf-8"), newline="")))
+    return last_evaluation_problem({c: [_number(r.get(c)) for r in rows] for c in ("time_s", "accuracy", "loss")},
+                                   summary)
 
 
-def _last_evaluation_problem(rows: list[dict[str, str]], summary: dict) -> str | None:
-    """Where ``evals.csv``'s rows end elsewhere than the run ``summary.json`` describes, or None."""
+def _number(text: str | None) -> float:
+    try:
+        return float(text) if text else math.nan
+    except ValueError:
+        return math.nan
 
-    def number(text: str | None) -> float:
-        try:
-            return float(text) if text else math.nan
-        except ValueError:
-            return math.nan
+
+def last_evaluation_problem(columns: dict[str, list[float]], summary: dict) -> str | None:
+    """Where the evaluations (``columns``: ``time_s``, ``accuracy`` and ``loss``, in row order) of a run that
+    finished end elsewhere than its ``summary.json`` says, or None: the last is at the run's end, with the final
+    accuracy and loss. A table cut at a line's end still parses; this finds it."""
+    if summary.get("status") not in FINISHED:
+        return None  # a failed run has no evaluation at its end
 
     def last(column: str) -> float | None:
-        values = [v for v in (number(r.get(column)) for r in rows) if math.isfinite(v)]
+        values = [v for v in columns.get(column, []) if math.isfinite(v)]
         return values[-1] if values else None
 
     def same(a: float | None, b: Any) -> bool:
         return (a is None and b is None) or (a is not None and isinstance(b, (int, float)) and
                                              math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12))
 
-    duration = summary.get("duration_s")
-    end = number(rows[-1].get("time_s")) if rows else math.nan
+    duration, times = summary.get("duration_s"), columns.get("time_s", [])
+    end = times[-1] if times else math.nan
     if isinstance(duration, (int, float)) and not math.isclose(end, duration, rel_tol=1e-9, abs_tol=1e-6):
         return f"evals.csv ends at {end:g} s where summary.json says the run ended at {duration:g} s"
     for column in ("accuracy", "loss"):
@@ -623,7 +629,12 @@ class Run:
 
     @functools.cached_property
     def evals(self) -> pd.DataFrame:
-        return self.table(EVALS, EVALS_NEEDED)
+        evals = self.table(EVALS, EVALS_NEEDED)
+        problem = last_evaluation_problem(
+            {c: pd_floats(evals[c]) for c in ("time_s", "accuracy", "loss")}, self.summary)
+        if problem:
+            raise UserError(f"run {self.path}: {problem} (a damaged or cut table): re-run it, or leave it out")
+        return evals
 
     def decided(self, name: str) -> float | None:
         """The mean of a quantity the algorithm decided (``series/decisions.csv``, rows named ``name``), or one
@@ -644,6 +655,13 @@ class Run:
             return None
         d = d[d["name"] == name]
         return (d.sort_values("time_s", kind="stable") if "time_s" in d.columns else d)["value"]
+
+
+def pd_floats(column) -> list[float]:
+    """A table column's values as floats (NaN where one is no number)."""
+    import pandas as pd
+
+    return [float(v) for v in pd.to_numeric(column, errors="coerce").astype(float)]
 
 
 WINDOW_EPOCHS = 8
