@@ -101,7 +101,11 @@ def _run_folders(where: str, names: list[str], quick: bool) -> None:
     from edgeml.schema import NAME_MAX_BYTES
 
     seen: dict[str, str] = {}
-    for name in dict.fromkeys(names):
+    planned: set[str] = set()
+    for name in names:
+        if name in planned or planned.add(name):
+            raise UserError(f"{where}: run {name!r} is planned twice{' with --quick' if quick else ''} (its sweep "
+                            f"lists a value twice): give each value once")
         folder = PlannedRun(name, "", 2**32 - 1, {}).dirname  # the longest seed
         if len(folder.encode()) > NAME_MAX_BYTES:
             raise UserError(f"{where}: run {name!r} makes a run directory of {len(folder.encode())} bytes, more than "
