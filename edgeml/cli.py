@@ -75,6 +75,17 @@ NETWORKS = {
 }
 
 
+PRESETS = {
+    "starter": ({"run": {"backend": "sim"},
+                 "cluster": {"workers": 6, "hetero": "1:1:1:1:4:4", "base_step_s": 0.05, "random_wait_s": 0.25},
+                 "stop": {"max_time": 60.0}},
+                "a first comparison where BSP, SSP and ADSP differ (README, 'A first comparison'): 6 workers, two "
+                "4x slower, random waits before each push (exponential, mean 5 steps), 50 ms steps, 60 s; sim"),
+}
+"""Named sets of settings (``--preset``) under the config file, the flags and ``--set``: the run's world, never an
+algorithm's own settings, so that every algorithm runs in the same one."""
+
+
 def _base_layers(**options) -> dict[str, dict]:
     """Map the common flags onto config sections (flags left unset do not override the config file)."""
     table = {
@@ -143,11 +154,17 @@ def run(
     set_: list[str] = typer.Option([], "--set", "-s", help="Override any field: section.key=value "
                                                            "(see `edgeml list settings`)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display; print only the run path."),
+    preset: Optional[str] = typer.Option(
+        None, "--preset", help=f"Start from named settings ({', '.join(PRESETS)}; `edgeml list presets`); the config "
+                               f"file, the flags and --set override them."),
 ) -> None:
     """Run one algorithm and write a run directory (its path is printed last)."""
     from edgeml.config import build_config, merge, parse_overrides, read_toml
 
-    layers = [read_toml(config)] if config else []
+    if preset is not None and preset not in PRESETS:
+        raise UserError(f"unknown preset {preset!r}{did_you_mean(preset, list(PRESETS))}: choose one of "
+                        f"{', '.join(PRESETS)}")
+    layers = ([PRESETS[preset][0]] if preset else []) + ([read_toml(config)] if config else [])
     flags = _base_layers(workers=workers, dataset=dataset, model=model, backend=backend, hetero=hetero,
                          network=network, device=device, seed=seed, max_time=max_time, max_steps=max_steps,
                          target_accuracy=target_accuracy, target_loss=target_loss, partition=partition,
@@ -172,7 +189,8 @@ def _preparing(cfg) -> None:
                        f"{', calibrating the host' if calibrating else ''}...", style="dim"))
 
 
-LISTS = ("algorithms", "settings", "datasets", "partitions", "models", "profiles", "topologies", "networks")
+LISTS = ("algorithms", "settings", "datasets", "partitions", "models", "profiles", "topologies", "networks",
+         "presets")
 
 
 @command("list")
@@ -208,7 +226,8 @@ def list_(what: str = typer.Argument(
         console.print(_table("algorithms", {_name_and_aliases(s.name): f"{s.summary} ({s.paper})" if s.paper
                                             else s.summary for s in specs}))
     for kind, entries in (("datasets", DATASETS), ("partitions", PARTITIONS), ("profiles", PROFILES),
-                          ("topologies", TOPOLOGIES), ("networks", {k: v[1] for k, v in NETWORKS.items()})):
+                          ("topologies", TOPOLOGIES), ("networks", {k: v[1] for k, v in NETWORKS.items()}),
+                          ("presets", {k: v[1] for k, v in PRESETS.items()})):
         if what in ("all", kind):
             console.print(_table(kind, entries))
     if what in ("all", "models"):
@@ -435,6 +454,7 @@ METAVARS = {
     "batch_size": "N", "data_root": "DIR", "out": "DIR", "name": "NAME", "config": "FILE", "set_": "KEY=VALUE",
     "run_dirs": "RUNS...", "rule": "stays|smoothed|first|stopping", "baseline": "NAME", "paper": "PAPER",
     "seeds": "N,N,...", "only": "GLOB", "what": "WHAT", "jobs": "N", "cluster": "ray", "address": "ADDR",
+    "preset": "NAME",
 }
 """The metavar of each option in ``--help``: what its value is."""
 
