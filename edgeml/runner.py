@@ -134,12 +134,16 @@ def run(cfg: Config, *, quiet: bool = True, path: Path | None = None) -> Path:
     except KeyboardInterrupt:
         raise Interrupted(path if path.exists() else None) from None
     except OSError as exc:  # writing the run directory failed (a full disk): the run failed, in one line
-        if not (path.exists() or exc.errno in DISK_FULL):
+        if not (exc.errno in DISK_FULL or _within(path, exc.filename)):
             raise
         raise RunFailed(write_failure(path, exc)) from None
     finally:
         if not existed:  # never another run's directory (a path that was taken is refused)
             record_cost(path, time.monotonic() - wall, cpu_seconds() - cpu)
+
+
+def _within(folder: Path, filename) -> bool:
+    return isinstance(filename, (str, Path)) and Path(filename).absolute().is_relative_to(folder.absolute())
 
 
 def write_failure(path: Path, exc: OSError) -> str:
