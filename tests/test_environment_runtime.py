@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -27,6 +26,7 @@ if str(PLUGINS) not in sys.path:
     sys.path.insert(0, str(PLUGINS))
 import edgeml_faultplugins  # noqa: E402,F401
 from conftest import pythonpath  # noqa: E402
+from waiting import PATIENCE, gone, wait_for  # noqa: E402
 
 
 @pytest.fixture
@@ -104,10 +104,6 @@ def _interferers(pid: int) -> list[psutil.Process]:
     return out
 
 
-def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
-    return [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-
-
 @pytest.mark.slow
 def test_procs_cpu_interferer_raises_load_and_scaled_step_time(tmp_path, plugins):
     path = one(tmp_path, "procs", "env-load", "cluster.workers=1", "cluster.throttle_mode='scale'",
@@ -136,23 +132,21 @@ def test_no_interferer_outlives_a_procs_run(tmp_path, ending):
     p = _cli("run", "env-load", "--workers", "2", "--max-time", "4" if ending == "completed" else "60",
              "--out", str(tmp_path), "--name", "r", "-q", "--set", "load.schedule=[{node = '*', kind = 'io', "
              "intensity = 0.2}, {node = 0, kind = 'cpu', intensity = 0.3}]")
-    deadline = time.time() + 60
-    found: list[psutil.Process] = []
-    while time.time() < deadline and len(found) < 5:  # io = disk + net: 2 x 2, and one cpu
-        found = _interferers(p.pid)
-        time.sleep(0.2)
+    # io = disk + net: 2 x 2, and one cpu
+    found = wait_for(lambda: (lambda f: f if len(f) >= 5 else None)(_interferers(p.pid)), "five interferers",
+                     process=p, every=0.2)
     assert len(found) == 5
+    if ending != "completed":  # the run is under way (an evaluation written), its interferers loading
+        evals = tmp_path / "r" / "evals.csv"
+        wait_for(lambda: evals.exists() and len(evals.read_text().splitlines()) > 1, "an evaluation", process=p)
     if ending == "ctrl-c":
-        time.sleep(1.0)
         p.send_signal(signal.SIGINT)
     elif ending == "killed monitor":
-        time.sleep(1.0)
         parents = {q.ppid() for q in found}
         assert len(parents) == 1  # the monitor started them
         os.kill(parents.pop(), signal.SIGKILL)
-    p.communicate(timeout=60)
-    time.sleep(1.0)
-    assert not _alive(found)
+    p.communicate(timeout=PATIENCE)
+    gone(found, "the interferers to end")
     meta = json.loads((tmp_path / "r" / "meta.json").read_text())
     assert meta["status"] == {"ctrl-c": "interrupted", "killed monitor": "failed", "completed": "completed"}[ending]
 

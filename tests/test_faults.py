@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -25,6 +24,7 @@ if str(PLUGINS) not in sys.path:
     sys.path.insert(0, str(PLUGINS))  # the in-process runs (and the fork server of procs) see the plugins too
 import edgeml_faultplugins  # noqa: E402,F401
 from conftest import pythonpath  # noqa: E402
+from waiting import PATIENCE, gone, wait_for  # noqa: E402
 
 
 @pytest.fixture
@@ -175,7 +175,7 @@ def _cli(*args, env=None):
 @pytest.mark.slow
 def test_a_node_error_in_procs_gives_one_literal_line_and_error_txt(tmp_path):
     p = _cli("run", "fault-raises", "--workers", "2", "--max-time", "30", "--out", str(tmp_path), "--name", "r")
-    out, err = p.communicate(timeout=120)
+    out, err = p.communicate(timeout=PATIENCE)
     assert p.returncode == 1, err
     assert "Traceback" not in err and "MarkupError" not in err
     error = err.strip().splitlines()[-1]
@@ -185,17 +185,16 @@ def test_a_node_error_in_procs_gives_one_literal_line_and_error_txt(tmp_path):
     assert text.startswith("worker 0 (rank 1) raised at t = ") and "in raises" in text
 
 
-def _wait_for_evaluations(run_dir: Path, rows: int = 2, within: float = 60) -> None:
+def _wait_for_evaluations(run_dir: Path, p: subprocess.Popen, rows: int = 2) -> None:
     evals = run_dir / "evals.csv"
-    deadline = time.time() + within
-    while time.time() < deadline and (not evals.exists() or len(evals.read_text().splitlines()) <= rows):
-        time.sleep(0.2)
+    wait_for(lambda: evals.exists() and len(evals.read_text().splitlines()) > rows, f"{rows} evaluations in {evals}",
+             process=p, every=0.2)
 
 
-def _pids(folder: Path, names: list[str], within: float = 30) -> dict[str, int]:
-    deadline = time.time() + within
-    while time.time() < deadline and not all((folder / n).exists() and (folder / n).read_text() for n in names):
-        time.sleep(0.1)
+def _pids(folder: Path, names: list[str], p: subprocess.Popen) -> dict[str, int]:
+    """The pids the nodes of the run ``p`` write to ``folder`` as they start (the fault-pids plugin)."""
+    wait_for(lambda: all((folder / n).exists() and (folder / n).read_text() for n in names),
+             f"the pid files {names} in {folder}", process=p)
     return {n: int((folder / n).read_text()) for n in names}
 
 
@@ -206,10 +205,10 @@ def test_a_killed_node_fails_the_run_in_one_line_and_is_blamed(tmp_path, victim,
     pids.mkdir()
     p = _cli("run", "fault-pids", "--workers", "2", "--max-time", "60", "--out", str(tmp_path), "--name", "r",
              env={"EDGEML_TEST_PIDS": str(pids)})
-    pid = _pids(pids, ["ps0", "worker0", "worker1"])[victim]
-    _wait_for_evaluations(tmp_path / "r")
+    pid = _pids(pids, ["ps0", "worker0", "worker1"], p)[victim]
+    _wait_for_evaluations(tmp_path / "r", p)
     os.kill(pid, signal.SIGKILL)
-    out, err = p.communicate(timeout=60)
+    out, err = p.communicate(timeout=PATIENCE)
     assert p.returncode == 1, err
     assert "Traceback" not in err and "MarkupError" not in err
     name = {"worker1": "worker 1", "ps0": "ps 0"}[victim]
@@ -227,15 +226,14 @@ def test_a_killed_monitor_still_ends_the_run_record(tmp_path):
     pids.mkdir()
     p = _cli("run", "fault-pids", "--workers", "2", "--max-time", "60", "--out", str(tmp_path), "--name", "r", "-q",
              env={"EDGEML_TEST_PIDS": str(pids)})
-    ours = set(_pids(pids, ["ps0", "worker0", "worker1"]).values())
-    _wait_for_evaluations(tmp_path / "r")
+    ours = set(_pids(pids, ["ps0", "worker0", "worker1"], p).values())
+    _wait_for_evaluations(tmp_path / "r", p)
     kids = psutil.Process(p.pid).children(recursive=True)
     monitor = next(k for k in kids if k.pid not in ours and k.ppid() != p.pid)  # a sibling of the nodes
     monitor.kill()
-    out, err = p.communicate(timeout=60)
+    out, err = p.communicate(timeout=PATIENCE)
     assert p.returncode == 1 and "Traceback" not in err
     assert str(tmp_path / "r") in err.strip().splitlines()[-1]
     m = meta(tmp_path / "r")
     assert m["status"] == "failed" and m["stop_reason"] == "the monitor process died with exit code -9 (SIGKILL)"
-    time.sleep(1.0)
-    assert not [k for k in kids if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]
+    gone(kids, "the run's processes to end")

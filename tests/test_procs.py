@@ -20,6 +20,7 @@ from edgeml.config import load_config
 from edgeml.runner import run
 from edgeml.runtime.procs.framing import decode, encode
 from conftest import pythonpath
+from waiting import PATIENCE, Output, gone, group, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGINS = Path(__file__).resolve().parent / "plugins"
@@ -68,12 +69,11 @@ def test_throttled_step_times_and_exact_bytes(tmp_path):
     assert summary["status"] == "completed" and summary["ps_ingress_bytes"] == ps.bytes_recv
 
 
-def _wait_for_evaluations(run: Path, rows: int = 2, within: float = 60) -> Path:
-    """The run's evals.csv once it holds ``rows`` evaluations: the run is well under way."""
+def _wait_for_evaluations(run: Path, p: subprocess.Popen, rows: int = 2) -> Path:
+    """The run's evals.csv once it holds ``rows`` evaluations (the run ``p`` makes is well under way)."""
     evals = run / "evals.csv"
-    deadline = time.time() + within
-    while time.time() < deadline and (not evals.exists() or len(evals.read_text().splitlines()) <= rows):
-        time.sleep(0.2)
+    wait_for(lambda: evals.exists() and len(evals.read_text().splitlines()) > rows, f"{rows} evaluations in {evals}",
+             process=p, every=0.2)
     return evals
 
 
@@ -88,11 +88,11 @@ def _cli(*args, env=None, **kw):
 def test_a_sim_run_stops_on_ctrl_c_or_sigterm_and_keeps_results(tmp_path, sig):
     # node programs are greenlets on the main thread: the signal lands inside one of them and must still end
     # the whole run in order
-    p = _cli("run", "asp", "--backend", "sim", "--workers", "4", "--max-time", "1e9", "--out", str(tmp_path),
+    p = _cli("run", "asp", "--backend", "sim", "--workers", "4", "--max-time", "1e6", "--out", str(tmp_path),
              "--name", "r", "-q")
-    evals = _wait_for_evaluations(tmp_path / "r", rows=3)
+    evals = _wait_for_evaluations(tmp_path / "r", p, rows=3)
     os.killpg(p.pid, sig)
-    out, err = p.communicate(timeout=40)
+    out, err = p.communicate(timeout=PATIENCE)
     assert p.returncode == 130, err
     assert "Traceback" not in err
     meta = json.loads((tmp_path / "r" / "meta.json").read_text())
@@ -105,11 +105,21 @@ def test_a_sim_run_stops_on_ctrl_c_or_sigterm_and_keeps_results(tmp_path, sig):
 
 @pytest.mark.slow
 def test_ctrl_c_before_the_run_directory_exists_says_none_was_made(tmp_path):
-    p = _cli("run", "asp", "--backend", "sim", "--out", str(tmp_path), "--name", "r")
-    time.sleep(1.5)  # importing torch, loading data: nothing written yet
+    # the command line has accepted the input and starts loading the runner (torch, the data): an import hook says
+    # "up" there and waits for the signal, so the Ctrl-C lands before the run directory is made on any host
+    e = {**os.environ, "PYTHONPATH": pythonpath(PLUGINS, ROOT)}
+    code = ("import signal, sys\nfrom edgeml.__main__ import entry\n"
+            f"sys.argv = ['edgeml', 'run', 'asp', '--backend', 'sim', '--out', {str(tmp_path)!r}, '--name', 'r']\n"
+            "class Up:\n    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'edgeml.runner':\n            sys.stderr.write('up\\n'); sys.stderr.flush()\n"
+            "            signal.pause()\n"
+            "        return None\nsys.meta_path.insert(0, Up())\nentry()\n")
+    p = subprocess.Popen([sys.executable, "-c", code], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    assert p.stderr.readline() == "up\n"
     assert not (tmp_path / "r").exists()
     os.killpg(p.pid, signal.SIGINT)
-    out, err = p.communicate(timeout=40)
+    out, err = p.communicate(timeout=PATIENCE)
     assert p.returncode == 130 and not (tmp_path / "r").exists() and out == ""
     assert "no run directory was made" in err and "Traceback" not in err
 
@@ -142,7 +152,7 @@ def test_ctrl_c_while_the_command_line_loads_exits_130_without_a_traceback(tmp_p
                          text=True, start_new_session=True)
     assert p.stderr.readline() == "up\n"
     os.killpg(p.pid, signal.SIGINT)  # the interpreter is up; edgeml.cli has not finished importing
-    out, err = p.communicate(timeout=40)
+    out, err = p.communicate(timeout=PATIENCE)
     assert p.returncode == 130, err
     assert "Traceback" not in err and "no run directory was made" in err and out == ""
 
@@ -150,12 +160,13 @@ def test_ctrl_c_while_the_command_line_loads_exits_130_without_a_traceback(tmp_p
 @pytest.mark.slow
 def test_progress_lines_reach_a_log_when_stderr_is_not_a_terminal(tmp_path):
     """Not on a terminal (a CI log), a long run prints a plain progress line every few seconds to stderr."""
-    p = _cli("run", "asp", "--backend", "sim", "--max-time", "1e9", "--out", str(tmp_path), "--name", "r")
-    time.sleep(14)
+    p = _cli("run", "asp", "--backend", "sim", "--max-time", "1e6", "--out", str(tmp_path), "--name", "r")
+    output = Output(p)
+    output.wait_line(lambda line: line.startswith("asp sim w=4") and "clock" in line, "a progress line")
     os.killpg(p.pid, signal.SIGINT)
-    out, err = p.communicate(timeout=40)
+    out, err = output.finish()
     lines = [line for line in err.splitlines() if line.startswith("asp sim w=4") and "clock" in line]
-    assert len(lines) >= 1, err
+    assert len(lines) >= 1 and p.returncode == 130, err
     assert "\x1b" not in err  # plain text, no terminal control sequences
 
 
@@ -165,7 +176,7 @@ def test_preloaded_modules_load_before_the_clock_starts(tmp_path):
     starts (the monitor waits for each node to be ready): its first use mid-run costs the node nothing."""
     p = _cli("run", "test-preload", "--workers", "2", "--max-time", "2", "--out", str(tmp_path), "--name", "r", "-q",
              env={"EDGEML_PLUGINS": "edgeml_testplugins"})
-    out, err = p.communicate(timeout=120)
+    out, err = p.communicate(timeout=PATIENCE)
     assert p.returncode == 0, err
     probe = pd.read_csv(tmp_path / "r" / "series" / "probe.csv")
     assert len(probe) == 2 and (probe.import_s < 0.2).all(), probe  # 1.5 s each without the preload
@@ -177,7 +188,7 @@ def test_adsp_on_procs_keeps_committing(tmp_path):
     reward fit's scipy loaded before the clock starts (a first import mid-run, seconds on a host with a
     process per worker, once held every commit back for most of the run)."""
     p = _cli("run", "adsp", "--workers", "18", "--max-time", "10", "--out", str(tmp_path), "--name", "r", "-q")
-    out, err = p.communicate(timeout=180)
+    out, err = p.communicate(timeout=PATIENCE)
     assert p.returncode == 0, err
     evals = pd.read_csv(tmp_path / "r" / "evals.csv")
     started = evals[evals.commits > 0]
@@ -192,7 +203,7 @@ def test_adsp_on_procs_keeps_committing(tmp_path):
 def test_a_dying_worker_ends_the_run_cleanly(tmp_path):
     p = _cli("run", "test-die", "--workers", "3", "--max-time", "60", "--out", str(tmp_path), "--name", "r", "-q",
              env={"EDGEML_PLUGINS": "edgeml_testplugins"})
-    out, err = p.communicate(timeout=90)
+    out, err = p.communicate(timeout=PATIENCE)
     assert p.returncode == 1, err
     assert "worker 1" in err and "died with exit code 7" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
@@ -200,25 +211,24 @@ def test_a_dying_worker_ends_the_run_cleanly(tmp_path):
     assert meta["status"] == "failed" and "exit code 7" in meta["stop_reason"]
     assert pd.read_csv(tmp_path / "r" / "nodes.csv").shape[0] == 4
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["duration_s"] < 30
-    time.sleep(0.5)
-    assert not _children_alive(p.pid)
+    # the launcher led its own process group: every process it started ends with it
+    gone(group(p.pid), "the run's processes to end")
 
 
 @pytest.mark.slow
 def test_ctrl_c_stops_in_order_and_keeps_results(tmp_path):
     p = _cli("run", "bsp", "--workers", "2", "--max-time", "120", "--out", str(tmp_path), "--name", "r", "-q")
-    evals = _wait_for_evaluations(tmp_path / "r")
+    evals = _wait_for_evaluations(tmp_path / "r", p)
     kids = _children_alive(p.pid)
     assert len(kids) >= 4  # fork server, monitor, PS, workers
     os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
-    out, err = p.communicate(timeout=40)
+    out, err = p.communicate(timeout=PATIENCE)
     assert p.returncode == 130, err
     assert "Traceback" not in err
     meta = json.loads((tmp_path / "r" / "meta.json").read_text())
     assert meta["status"] == "interrupted"
     assert len(pd.read_csv(evals)) >= 2
-    time.sleep(1.0)
-    assert not [k for k in kids if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]
+    gone(kids, "the run's processes to end")
 
 
 @pytest.mark.slow
@@ -227,7 +237,7 @@ def test_two_runs_side_by_side_and_crash_schedule(tmp_path):
     a = _cli(*args, "--name", "a", "--set", "cluster.crashes=[{worker=1, time=1.0}]")
     b = _cli(*args, "--name", "b")
     for p in (a, b):
-        out, err = p.communicate(timeout=90)
+        out, err = p.communicate(timeout=PATIENCE)
         assert p.returncode == 0, err
     nodes = pd.read_csv(tmp_path / "a" / "nodes.csv").set_index("rank")
     crashed = nodes[nodes.crashed]
@@ -244,13 +254,14 @@ def test_torchrun_two_launchers_as_two_machines(tmp_path):
     with listen("127.0.0.1") as s:
         port = str(s.getsockname()[1])
     torchrun = str(Path(sys.executable).parent / "torchrun")
-    env = {**os.environ, "PYTHONPATH": pythonpath(ROOT), "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": pythonpath(ROOT), "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1",
+           "EDGEML_SECRET": "the same on both machines"}  # what the ranks prove to each other
     common = ["--nnodes", "2", "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", port,
               "-m", "edgeml", "run", "asp", "--workers", "2", "--max-time", "3", "--out", str(tmp_path),
               "--name", "tr", "-q"]
     procs = [subprocess.Popen([torchrun, "--node-rank", str(i), *common], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for i in (0, 1)]
-    outs = [p.communicate(timeout=120) for p in procs]
+    outs = [p.communicate(timeout=PATIENCE) for p in procs]
     for p, (_o, e) in zip(procs, outs):
         assert p.returncode == 0, e[-2000:]
     nodes = pd.read_csv(tmp_path / "tr" / "nodes.csv")
@@ -263,7 +274,7 @@ def test_torchrun_two_launchers_as_two_machines(tmp_path):
 def test_workers_share_the_dataset_memory(tmp_path):
     p = _cli("run", "test-shared", "--workers", "2", "--max-time", "1", "--out", str(tmp_path), "--name", "r", "-q",
              env={"EDGEML_PLUGINS": "edgeml_testplugins"})
-    out, err = p.communicate(timeout=90)
+    out, err = p.communicate(timeout=PATIENCE)
     assert p.returncode == 0, err
     probe = pd.read_csv(tmp_path / "r" / "series" / "probe.csv")
     assert len(probe) == 2 and probe.shared.all()
@@ -301,7 +312,7 @@ def _serve(endpoint) -> None:
     from edgeml.runtime.procs.transport import Transport
 
     Transport(endpoint)
-    time.sleep(60)
+    signal.pause()  # serving until the test kills it
 
 
 @pytest.mark.slow
@@ -326,26 +337,17 @@ def test_a_dead_peer_neither_blocks_nor_breaks_the_transport():
     assert _take(other)["k"] == 1
 
 
-def _descendants_gone(kids: list[psutil.Process], within: float) -> bool:
-    deadline = time.time() + within
-    while time.time() < deadline:
-        if not [k for k in kids if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]:
-            return True
-        time.sleep(0.2)
-    return False
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 130), (signal.SIGKILL, -9)])
 def test_killing_the_launcher_leaves_no_process_behind(tmp_path, sig, code):
     p = _cli("run", "asp", "--workers", "2", "--max-time", "120", "--out", str(tmp_path), "--name", "r", "-q")
-    evals = _wait_for_evaluations(tmp_path / "r")
+    evals = _wait_for_evaluations(tmp_path / "r", p)
     kids = _children_alive(p.pid)
     assert len(kids) >= 4
     p.send_signal(sig)  # the launcher only, as `kill` or `timeout` would
-    p.communicate(timeout=40)
+    p.communicate(timeout=PATIENCE)
     assert p.returncode == code
-    assert _descendants_gone(kids, within=10)
+    gone(kids, "the run's processes to end")
     # SIGTERM: an orderly stop; SIGKILL: the monitor is told and still completes the run directory
     meta = json.loads((tmp_path / "r" / "meta.json").read_text())
     status = {signal.SIGTERM: ("interrupted", "interrupted by the user"),
@@ -357,7 +359,7 @@ def test_killing_the_launcher_leaves_no_process_behind(tmp_path, sig, code):
 @pytest.mark.slow
 def test_a_single_machine_run_listens_on_loopback_only(tmp_path):
     p = _cli("run", "asp", "--workers", "2", "--max-time", "120", "--out", str(tmp_path), "--name", "r", "-q")
-    _wait_for_evaluations(tmp_path / "r")
+    _wait_for_evaluations(tmp_path / "r", p)
     listening = []
     for proc in [psutil.Process(p.pid), *_children_alive(p.pid)]:
         try:
@@ -375,7 +377,7 @@ def test_a_single_machine_run_listens_on_loopback_only(tmp_path):
             except OSError:
                 refused.append(a.port)
     os.killpg(p.pid, signal.SIGINT)
-    p.communicate(timeout=40)
+    p.communicate(timeout=PATIENCE)
     assert len(listening) >= 4  # monitor, PS and 2 workers
     assert {a.ip for a in listening} == {"127.0.0.1"}, listening
     assert len(refused) == len(listening) * len(others[:1])
