@@ -17,10 +17,11 @@ import sys
 import tomllib
 from pathlib import Path
 
-WIDTH = 150  # a value's line past this is split: a table into dotted keys, a string continued, a list by item
+WIDTH = 156  # a value's line past this is split: a table into dotted keys, a string continued, a list by item
 BARE = re.compile(r"^[A-Za-z0-9_-]+$")
 HEADER = re.compile(r"^\[\[?([A-Za-z0-9_.]+)\]\]?\s*(#.*)?$")
 PROSE = ("description", "differences")
+OPEN = '"""'
 
 
 def key(k: str) -> str:
@@ -59,18 +60,18 @@ def pair(k: str, v, comment: str = "") -> list[str]:
         return lead + [x for sk, sv in v.items() for x in pair(f"{k}.{key(sk)}", sv)]
     if isinstance(v, list) and len(v) > 1:
         return lead + [f"{k} = ["] + [f"  {value(x)}," for x in v] + ["]"]
-    if isinstance(v, str) and "\n" not in v and '"""' not in v and not v.endswith(("\\", '"')):
-        words, lines, cur = v.split(" "), [], ""
-        for w in words:  # a continued line: the backslash drops the break and the next line's indentation
-            if cur and len(cur) + len(w) + 1 > WIDTH - 4:
+    if isinstance(v, str) and "\n" not in v and '"""' not in v and not v.endswith(("\\", '"')) and "  " not in v:
+        lines, cur = [], f'{k} = """'
+        for w in v.split(" "):  # a continued line: the backslash drops the break and the next line's indentation
+            if not cur.endswith(OPEN) and len(cur) + len(json.dumps(w, ensure_ascii=False)) > WIDTH - 2:
                 lines.append(cur)
-                cur = w
+                cur = json.dumps(w, ensure_ascii=False)[1:-1]
             else:
-                cur = f"{cur} {w}" if cur else w
+                sep = "" if cur.endswith(OPEN) else " "
+                cur = f"{cur}{sep}{json.dumps(w, ensure_ascii=False)[1:-1]}"
         lines.append(cur)
-        if len(lines) > 1 and not any(x.startswith(" ") or x == "" for x in lines[1:]) and "  " not in v:
-            body = [json.dumps(x, ensure_ascii=False)[1:-1] for x in lines]
-            return lead + [f'{k} = """'] + [f"{b} \\" for b in body[:-1]] + [f'{body[-1]}"""']
+        if len(lines) > 1:
+            return lead + [f"{x} \\" for x in lines[:-1]] + [f'{lines[-1]}"""']
     return lead + [line]
 
 
@@ -232,8 +233,7 @@ def inline_form(members: list[dict]) -> bool:
 def size(defaults: dict, members: list[dict]) -> int:
     """The lines a group takes (its header only where it has defaults: neighbours without share one)."""
     def lines(d: dict) -> int:
-        return sum(1 + len(v) if k == "diagnosis" and isinstance(v, dict) else len(pair(key(k), v))
-                   for k, v in d.items())
+        return sum(len(pair(key(k), v)) for k, v in d.items())
     head = 1 + lines(defaults)
     if inline_form(members):
         return head + 2 + len(members)
@@ -326,10 +326,9 @@ def migrate(src: Path, doc: dict | None = None) -> tuple[str, str]:
                 header = f"[[group.{kind}]]"
                 sub = {k: v for k, v in m.items() if kind == "claims" and k == "diagnosis"}
                 table(kind, index, {k: v for k, v in m.items() if k not in sub}, header)
-                for k, v in sub.items():  # a diagnosis as its own table: its text continues over lines
-                    lines.append(f"[{header.strip('[]')}.{k}]" if isinstance(v, dict) else "")
+                for k, v in sub.items():  # a diagnosis key by key: its text continues over lines
                     for sk, sv in v.items():
-                        lines.extend(pair(key(sk), sv))
+                        lines.extend(pair(f"{key(k)}.{key(sk)}", sv))
                 index += 1
             lines.append("")
     return "\n".join(lines).rstrip() + "\n", "\n".join(notes).rstrip() + "\n"

@@ -586,21 +586,28 @@ def test_first_reach_and_stays_differ_on_an_oscillating_series():
 
 def test_diagnoses_are_parsed_strictly():
     raw = {"text": "t", "metric": "time_to_target", "run": "r", "kind": "reduction", "headline": True,
-           "diagnosis": {"cause": "budget", "text": "the runs stop before BSP settles", "ablations": ["r-long"]}}
+           "reading": "open", "diagnosis": {"departures": ["budget"], "cause": "budget",
+                                            "text": "the runs stop before BSP settles", "ablations": ["r-long"]}}
     c = parse_claim(raw, "x.toml", "b")
     assert c.headline and c.diagnosis.cause == "budget" and c.diagnosis.ablations == ("r-long",)
+    assert c.diagnosis.departures == ("budget",) and c.reading.open
     pair = {**raw["diagnosis"], "ablations": ["r-long", "r-net vs b-net"]}
     assert parse_claim({**raw, "diagnosis": pair}, "x.toml", "b").diagnosis.pairs == [("r-long", None),
                                                                                        ("r-net", "b-net")]
-    for bad, message in (({"cause": "luck", "text": "x"}, "cause = 'luck': choose one of setting"),
-                         ({"cause": "budget"}, "needs text"),
-                         ({"cause": "budget", "text": "x", "runs": []}, "unknown key 'runs'"),
-                         ({"cause": "budget", "text": "x", "ablations": "r"}, "list of run names"),
-                         ({"cause": "budget", "text": "x", "ablations": ["a vs b vs c"]}, "pairs \"run vs baseline"),
-                         ({"cause": "budget", "text": "x", "ablations": [" vs b"]}, "list of run names"),
+    cited = {"departures": ["budget"]}
+    for bad, message in (({**cited, "cause": "luck", "text": "x"}, "cause = 'luck': choose one of setting"),
+                         ({**cited, "cause": "budget"}, "needs text"),
+                         ({**cited, "cause": "budget", "text": "x", "runs": []}, "unknown key 'runs'"),
+                         ({**cited, "cause": "budget", "text": "x", "ablations": "r"}, "list of run names"),
+                         ({**cited, "text": "x", "ablations": ["a vs b vs c"]}, "pairs \"run vs baseline"),
+                         ({**cited, "text": "x", "ablations": [" vs b"]}, "list of run names"),
+                         ({"cause": "budget", "text": "x"}, "cites the ledger rows"),
+                         ({**cited, "cause": "claim", "text": "x"}, "needs the ablations"),
                          ("budget", "must be a table")):
         with pytest.raises(UserError, match=message):
             parse_claim({**raw, "diagnosis": bad}, "x.toml", "b")
+    with pytest.raises(UserError, match="a headline claim states how the paper defines"):
+        parse_claim({k: v for k, v in raw.items() if k != "reading"}, "x.toml", "b")
     with pytest.raises(UserError, match="headline = 'yes'"):
         parse_claim({**raw, "headline": "yes"}, "x.toml", "b")
     with pytest.raises(UserError, match="window"):

@@ -560,17 +560,24 @@ def test_a_diagnosis_in_the_experiment_file_appears_in_the_report_and_the_scoreb
     text = open(toy).read() + (
         '\n[[claims]]\ntext = "BSP ends above certainty"\nheadline = true\nmetric = "final_accuracy"\n'
         'run = "bsp[cluster.hetero=H=1]"\nkind = "value"\nop = ">="\npaper_value = 1.5\n'
-        'diagnosis = { cause = "claim", text = "no accuracy exceeds 1", ablations = ["ssp-tight"] }\n'
+        'reading = "open"\ndiagnosis = { departures = ["toy"], cause = "claim", text = "no accuracy exceeds 1", '
+        'ablations = ["ssp-tight"] }\n'
         '\n[[claims]]\ntext = "SSP ends above certainty"\nmetric = "final_accuracy"\nrun = "ssp-tight"\n'
         'kind = "value"\nop = ">="\npaper_value = 1.5\n'
         '\n[[claims]]\ntext = "tighter is far slower"\nmetric = "final_accuracy"\nrun = "ssp-tight"\n'
         'baseline = "bsp[cluster.hetero=H=1]"\nkind = "ratio"\npaper_value = 100\n'
-        'diagnosis = { cause = "claim", text = "x", ablations = ["bsp[cluster.hetero=1:3] vs ssp-tight"] }\n'
+        'diagnosis = { departures = ["toy"], cause = "claim", text = "x", '
+        'ablations = ["bsp[cluster.hetero=1:3] vs ssp-tight"] }\n'
         '\n[[claims]]\ntext = "tighter reaches any level sooner"\nmetric = "steps_to_target"\nrun = "ssp-tight"\n'
         'baseline = "bsp[cluster.hetero=H=1]"\nkind = "ratio"\ndirection = "lower"\n'
         'targets = [0.5, "reached"]\n')
-    (tmp_path / "diagnosed.toml").write_text(text)
-    out = reproduce(str(tmp_path / "diagnosed.toml"), quick=True, out=tmp_path / "results" / "toy", seeds=[0, 1])
+    (tmp_path / "diagnosed").mkdir()
+    (tmp_path / "diagnosed" / "experiment.toml").write_text(text)
+    (tmp_path / "diagnosed" / "ledger.toml").write_text(  # the one row the diagnoses cite and their ablations change
+        '[[departure]]\nid = "toy"\nwhat = "the method and its setting"\nkind = "setting"\npaper = "p"\n'
+        'section = "Toy Sec. 1"\nquote = "q"\nours = "o"\nwhy = "w"\n'
+        'keys = ["run.algorithm", "stop.max_time", "cluster.hetero"]\ntests = ["ssp-tight"]\n')
+    out = reproduce(str(tmp_path / "diagnosed"), quick=True, out=tmp_path / "results" / "toy", seeds=[0, 1])
     report = (out / "REPORT.md").read_text()
     top = report.split("## Verdicts", 1)[1].split("\n## ", 1)[0]
     assert re.search(r"\*\*\d+ results\*\* \(1 on headline claims\): .*\*\*\d+ not yet diagnosed\*\*", top), top
