@@ -136,9 +136,9 @@ def test_a_procs_run_beside_cpu_hogs_is_marked_and_a_throttle_dominated_one_is_n
     quiet, said = procs_run(tmp_path / "quiet", 0.05)
     assert quiet["contention"]["applies"] and not quiet["oversubscribed"], quiet["contention"]
     assert "host contention" not in said
-    # Hogged: targets at the computation's own time measured in that run, and two busy loops per core beside
-    # it: the computation stretches past the target, which throttling cannot hide.
-    compute_ms = max(n["compute_ms"] for n in quiet["contention"]["nodes"].values())
+    # Hogged: targets at the computation's own time measured in that run (its least contended worker's), and two
+    # busy loops per core beside it: the computation stretches past the target, which throttling cannot hide.
+    compute_ms = min(n["compute_ms"] for n in quiet["contention"]["nodes"].values())
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
             for _ in range(2 * (os.cpu_count() or 1))]
     try:
