@@ -43,13 +43,13 @@ def command(*args, **kwargs):
             except KeyboardInterrupt as exc:
                 interrupt_handled()
                 path = getattr(exc, "path", None)
-                if path is not None:  # a run directory holds what was measured: its path, last on stdout as ever
+                if getattr(exc, "resume", None):  # a reproduction, even when one of its runs was cut short
+                    err.print(Text.assemble(("interrupted", "yellow"), ": finished runs are kept; continue with ",
+                                            (exc.resume, "bold")), soft_wrap=True)
+                elif path is not None:  # a run directory holds what was measured: its path, last on stdout as ever
                     err.print(f"[yellow]interrupted[/yellow]: what was measured so far is in {escape(str(path))}",
                               soft_wrap=True)
                     typer.echo(path)
-                elif getattr(exc, "resume", None):
-                    err.print(Text.assemble(("interrupted", "yellow"), ": finished runs are kept; continue with ",
-                                            (exc.resume, "bold")), soft_wrap=True)
                 elif isinstance(exc, Interrupted):
                     err.print("[yellow]interrupted[/yellow] before the run started: no run directory was made")
                 else:

@@ -79,6 +79,19 @@ def test_reproduce_interrupted_prints_the_command_that_resumes(monkeypatch, tmp_
     assert f"edgeml reproduce baselines --quick --out '{out}' --seeds 0,1 --only 'fig1*' --jobs 1 --resume" in line
 
 
+def test_reproduce_interrupted_within_a_run_still_prints_the_command_that_resumes(monkeypatch, tmp_path):
+    import edgeml.reproduce
+    from edgeml.errors import Interrupted
+
+    def interrupted(*args, **kwargs):  # Ctrl-C while a run went on in this process (--jobs 1)
+        raise Interrupted(tmp_path / "runs" / "fig1-bsp")
+
+    monkeypatch.setattr(edgeml.reproduce, "reproduce", interrupted)
+    result = runner.invoke(app, ["reproduce", "baselines", "--quick", "--jobs", "1"])
+    assert result.exit_code == 130
+    assert "edgeml reproduce baselines --quick --jobs 1 --resume" in " ".join(result.output.split())
+
+
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory) -> Path:
     """Two short sim runs told apart by a setting: their names carry brackets."""
