@@ -364,9 +364,10 @@ PATH_MAX_BYTES = 3800
 """The longest path a setting may hold (``run.out``, ``data.root``, ``load.dir``), in UTF-8 bytes: Linux takes
 4096, and the files of a run directory go below it."""
 MAX_EVALUATIONS = 10_000_000
-"""Evaluations one run may make (``stop.max_time / eval.interval``): each is a forward pass over the test
-samples, a millisecond at the least, so more would outlast any budget (a time limit of 100000 s that only backs
-up a step budget, evaluated every 0.05 s, makes 2 million)."""
+"""Evaluations one run that only its clock ends may make (``stop.max_time / eval.interval``, without
+``stop.max_steps``): each is a forward pass over the test samples, a millisecond at the least, so more would
+outlast any budget (a 100000 s limit that only backs up an algorithm's iterations, evaluated every 0.05 s,
+makes 2 million)."""
 NODE_MIB = {"sim": 0.125, "procs": 16.0}
 """The least memory one node takes, in MiB, by backend (measured with the smallest model: a sim node's state and
 coroutine; a procs node's own pages, forked from a parent that holds torch); a model's copies come on top."""
@@ -409,10 +410,11 @@ def check_limits(cfg: Config) -> None:
         raise UserError(f"run.threads = {cfg.run.threads} is more than this machine's {cores} cores: use a whole "
                         f"number in [1, {cores}]")
     s, interval = cfg.stop, cfg.eval.interval
-    if s.max_time and s.max_time / interval > MAX_EVALUATIONS:
+    # where a step budget ends the run, the time limit is only its backstop (committed runs keep 1e5 s)
+    if s.max_time and not s.max_steps and s.max_time / interval > MAX_EVALUATIONS:
         raise UserError(f"eval.interval = {interval:g} makes {s.max_time / interval:.3g} evaluations in "
                         f"stop.max_time = {s.max_time:g} s, more than {MAX_EVALUATIONS}: use eval.interval >= "
-                        f"{s.max_time / MAX_EVALUATIONS:g} (or a shorter stop.max_time)")
+                        f"{s.max_time / MAX_EVALUATIONS:g} (or a shorter stop.max_time, or a stop.max_steps)")
     backend = cfg.run.backend
     if backend == "procs" and _spans_machines():
         return

@@ -339,6 +339,7 @@ def test_evaluations_per_run_are_bounded():
     load_config(overrides=["eval.interval=0.001", f"stop.max_time={most}"])
     message = limited("eval.interval=0.001", f"stop.max_time={most * 1.5}")
     assert "evaluations in stop.max_time" in message and "use eval.interval >= 0.0015" in message
+    load_config(overrides=["eval.interval=0.001", "stop.max_time=1e9", "stop.max_steps=1000"])  # time: a backstop
 
 
 def test_names_and_paths_within_what_file_systems_take(tmp_path):
