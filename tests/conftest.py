@@ -38,3 +38,40 @@ def simulate(*overrides: str):
 @pytest.fixture
 def sim():
     return simulate
+
+
+@pytest.fixture
+def no_drawing(monkeypatch):
+    """Figures planned (their data, names and captions, all that a report's text holds) but not drawn: each
+    would-be file is written empty. For tests that compare text; the drawing itself is tested per kind of
+    figure in tests/test_figure_kinds.py. Returns the figures that were to be drawn."""
+    from edgeml.analysis.figures import PendingFigure
+
+    planned: list = []
+
+    def write(self) -> None:
+        planned.append(self)
+        self.file.png.parent.mkdir(parents=True, exist_ok=True)
+        self.file.png.write_bytes(b"")
+        if self.file.pdf:
+            self.file.png.with_suffix(".pdf").write_bytes(b"")
+
+    def draw(figures, processes: int = 1) -> None:  # nothing to draw: no processes to fork for it
+        for f in figures:
+            f.write()
+
+    monkeypatch.setattr(PendingFigure, "write", write)
+    monkeypatch.setattr("edgeml.analysis.figures.draw", draw)
+    monkeypatch.setattr("edgeml.reproduce.render.draw", draw, raising=False)
+    return planned
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``matrix`` run only when ``-m`` names the marker (``-m matrix``): the default run keeps one
+    representative of each such matrix, CI runs the rest."""
+    if "matrix" in (config.option.markexpr or ""):
+        return
+    kept = [item for item in items if item.get_closest_marker("matrix") is None]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("matrix")])
+        items[:] = kept

@@ -59,7 +59,8 @@ def test_every_committed_report_is_covered():
 
 
 @pytest.mark.parametrize("folder", [_case(p) for p in REPORTS])
-def test_a_committed_report_renders_byte_identical_from_its_runs(folder, tmp_path, monkeypatch, placeholder_data):
+def test_a_committed_report_renders_byte_identical_from_its_runs(folder, tmp_path, monkeypatch, placeholder_data,
+                                                                 no_drawing):
     committed = (folder / "REPORT.md").read_bytes()
     produced = PRODUCED.search(committed.decode())
     assert produced, f"{_name(folder)}/REPORT.md has no 'How this was produced' line"
