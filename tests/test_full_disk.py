@@ -120,6 +120,7 @@ def test_a_full_disk_ends_a_run_as_failed_in_one_line(tmp_path, monkeypatch, ref
         assert "--resume runs it again" in line
 
 
+@pytest.mark.slow
 def test_a_reproduction_on_a_full_disk_runs_its_failed_runs_again_on_resume(tmp_path, monkeypatch):
     (tmp_path / "toy.toml").write_text(TOY)
     out = tmp_path / "out"
@@ -165,7 +166,8 @@ def edgeml(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           timeout=300, env={**os.environ, "PYTHONPATH": pythonpath(ROOT)})
 
 
-@pytest.mark.parametrize("backend", ["sim", pytest.param("procs", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["sim", "procs"])
 def test_a_run_on_a_full_tmpfs_fails_in_one_line(small_disk, tmp_path, backend):
     fill(small_disk, 12 * 1024)  # the config, meta.json and the first page of evals.csv
     done = edgeml(*RUN, "--backend", backend, "--out", str(small_disk / "runs"), cwd=tmp_path)

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from edgeml import cli, rundir
-from edgeml.reproduce import reproduce
+from edgeml.reproduce import execute, load, plan, reproduce
 
 TOY = """
 [experiment]
@@ -46,8 +46,28 @@ def reproduction(tmp_path_factory) -> tuple[str, Path]:
     return str(folder / "toy.toml"), folder / "out"
 
 
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    """The two runs of the toy experiment, run and packed as a reproduction keeps them (no report drawn)."""
+    folder = tmp_path_factory.mktemp("runs")
+    (folder / "toy.toml").write_text(TOY)
+    work = execute.plan_work(plan.plan(load.load_experiment(str(folder / "toy.toml")), False), set(),
+                             folder / "out", False, False)
+    for w in work:
+        path = folder / "out" / "runs" / w.run.dirname
+        assert execute.run_one("toy", w, path, False) is None
+        rundir.compact(path, {})
+    return folder / "out"
+
+
 @pytest.fixture
-def out(reproduction, tmp_path) -> Path:
+def out(finished, tmp_path) -> Path:
+    shutil.copytree(finished, tmp_path / "out")
+    return tmp_path / "out"
+
+
+@pytest.fixture
+def reproduced(reproduction, tmp_path) -> Path:
     shutil.copytree(reproduction[1], tmp_path / "out")
     return tmp_path / "out"
 
@@ -109,8 +129,8 @@ def test_verify_names_what_is_damaged_and_passes_a_whole_run(out, damage):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("damage", list(DAMAGE))
-def test_resume_runs_a_damaged_run_again_and_says_so(reproduction, out, damage):
-    toy = reproduction[0]
+def test_resume_runs_a_damaged_run_again_and_says_so(reproduction, reproduced, damage):
+    toy, out = reproduction[0], reproduced
     archive = out / "runs" / DAMAGED / rundir.ARCHIVE
     whole, kept = members(archive), (out / "runs" / KEPT / rundir.ARCHIVE).stat().st_mtime_ns
     make, reason = DAMAGE[damage]
@@ -127,7 +147,9 @@ def test_resume_runs_a_damaged_run_again_and_says_so(reproduction, out, damage):
     assert members(archive)["evals.csv"] == whole["evals.csv"]
 
 
-def test_without_resume_a_damaged_run_is_neither_kept_nor_deleted(reproduction, out):
+@pytest.mark.slow
+def test_without_resume_a_damaged_run_is_neither_kept_nor_deleted(reproduction, reproduced):
+    out = reproduced
     rewrite(out / "runs" / DAMAGED / rundir.ARCHIVE, "evals.csv", cut_mid_line)
     before = (out / "runs" / DAMAGED / rundir.ARCHIVE).read_bytes()
     result = CliRunner().invoke(cli.app, ["reproduce", reproduction[0], "--out", str(out), "--jobs", "1"])

@@ -9,6 +9,10 @@ Output: ``experiment.toml``, ``notes.md`` and ``ledger.toml`` (a copy of the exp
 ``REPORT.md``: the verdicts, then one section per figure group with the paper's statements, what was measured,
 the verdicts (with the diagnoses of those that do not read holds) and the figures. Finished runs are never
 deleted without ``--force``; a run that fails is recorded (its reason in REPORT.md) and the others go on.
+A reproduction holds ``--out`` alone while it writes there (``output_lock``: a second one on the same folder is
+refused, naming the first's PID), writes nothing that resolves outside it, keeps a finished run only once it
+reads back whole (``edgeml.rundir.verify``; one that does not is run again), and stops on a full disk with one
+line (finished runs kept, for ``--resume``).
 
 The steps, one module each: ``load`` reads the experiment file into typed dataclasses, ``plan`` turns it into
 planned runs (pure), ``execute`` runs or keeps them (one at a time, side by side in child processes with
@@ -271,8 +275,8 @@ def _reproduce(exp: load.Experiment, quick: bool, out: Path, planned: list[plan.
     from edgeml.reproduce import check as check_mod
     from edgeml.reproduce import render
 
-    for name in ("runs", "figures", "experiment.toml", "REPORT.md", render.VERDICTS, "compare.csv",
-                 "compare_runs.csv", "compare_reach.csv", "compare.md"):
+    for name in ("runs", "figures", *load.FILES, "REPORT.md", render.VERDICTS, "compare.csv", "compare_runs.csv",
+                 "compare_reach.csv", "compare.md"):
         execute.inside(out, out / name, "the output")  # a link there must not lead the writes elsewhere
     work = execute.plan_work(planned, selected, out, quick, resume)
     with contextlib.ExitStack() as ray_session, contextlib.ExitStack() as pool:
