@@ -24,7 +24,6 @@ from edgeml.analysis import placeholders
 from edgeml.analysis.claims import CLAIM_KEYS, Claim, parse_claim
 from edgeml.analysis.convergence import RULES, Target
 from edgeml.errors import UserError
-from edgeml.reproduce.validate import validate
 from edgeml.schema import check_fields, ranged, update_section
 
 SEED = {"ge": 0, "le": 2**32 - 1}  # as run.seed: every seed of an experiment becomes one
@@ -36,6 +35,9 @@ FILES = (EXPERIMENT, NOTES, ledger_mod.LEDGER)
 optional); a reproduction's output folder keeps a copy of each."""
 NOTE_KEYS = ("description", "differences")
 """The headings of notes.md besides the figure groups' ids."""
+CHECKS: list = []
+"""Checks of the whole experiment once read, each raising UserError: ``edgeml.reproduce.validate`` adds its own
+(it plans the experiment, and planning imports this module)."""
 
 
 @dataclass
@@ -457,7 +459,8 @@ def load_experiment(paper: str) -> Experiment:
                      targets, e.differences, doc.get("settings", {}), doc.get("quick", {}), runs,
                      ledger_mod.check_diagnoses(claims, ledger, where), figures, dict(e.labels), ledger)
     _check_ledger(exp)
-    validate(exp)  # the whole experiment, its --quick configuration too
+    for check in CHECKS:  # the whole experiment, its --quick configuration too
+        check(exp)
     return exp
 
 

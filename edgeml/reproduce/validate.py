@@ -13,7 +13,8 @@ runs that would end in "not measured", a dropped panel or an overwritten figure:
 - **both configurations**: the full experiment and the ``--quick`` one are planned (every run's config
   validated, claims and figures matched to runs) whichever is asked for.
 
-Each problem is one ``UserError`` naming the entry and the fix.
+Each problem is one ``UserError`` naming the entry and the fix. The loader runs ``validate`` on every experiment it
+reads (``edgeml.reproduce.load.CHECKS``; importing ``edgeml.reproduce`` registers it).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import re
 from typing import TYPE_CHECKING
 
 from edgeml.errors import UserError
+from edgeml.reproduce.load import CHECKS
 
 if TYPE_CHECKING:
     from edgeml.reproduce.load import Experiment, RunSpec
@@ -284,3 +286,6 @@ def _decisions(algorithm: str) -> tuple[str, ...]:
     from edgeml.algorithms import REGISTRY
 
     return REGISTRY[algorithm].decisions
+
+
+CHECKS.append(validate)  # every experiment read is checked whole (the package imports this module)
