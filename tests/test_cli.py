@@ -97,10 +97,14 @@ BAD = [
     (["run", "bsp", "--workers", "many"], "'--workers'"),
     (["run", "bsp", "--nosuch"], "No such option: --nosuch"),
     (["list", "nosuch"], "cannot list 'nosuch'"),
+    (["run", "bsp", "--workers", "1000000000"], "cluster.workers = 1000000000 needs at least"),
+    (["run", "bsp", "--set", "run.threads=100000"], "run.threads = 100000 is more than this machine's"),
+    (["run", "bsp", "--set", "eval.interval=1e-9"], "eval.interval = 1e-09 is out of range"),
+    (["run", "bsp", "--name", "x" * 300], "is 300 bytes long"),
 ]
 # Refused where the data is loaded, after torch, still before anything is written.
 LATE = [
-    (["run", "bsp", "--workers", "5000"], "5000 workers but only"),
+    (["run", "bsp", "--workers", "5000", "--backend", "sim"], "5000 workers but only"),
     (["run", "bsp", "--model", "nosuch"], "unknown model"),
     (["run", "bsp", "--workers", "60", "--backend", "sim"], "data.batch_size = 32 is larger than worker"),
     (["run", "bsp", "--batch-size", "400"], "use --batch-size 359 or less"),
