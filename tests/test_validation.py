@@ -257,6 +257,12 @@ def test_the_summary_metrics_are_what_a_run_records(tmp_path):
     assert set(run_metrics(load_runs([str(path)])[0])) <= set(metrics())
 
 
+def test_two_claims_worded_alike_are_refused(tmp_path):
+    claim = TOY[TOY.index("[[claims]]"):]
+    message = refused(write(tmp_path, TOY + "\n" + claim.replace('kind = "ratio"', 'kind = "reduction"')))
+    assert "two claims read 'tighter is slower'" in message
+
+
 def test_against_axes_name_config_keys_or_metrics(tmp_path):
     message = refused(edited(tmp_path, 'x = "cluster.hetero"', 'x = "cluster.hetro"'))
     assert "'cluster.hetro' is no config key" in message and "did you mean 'cluster.hetero'" in message

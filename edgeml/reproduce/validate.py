@@ -7,6 +7,7 @@ runs that would end in "not measured", a dropped panel or an overwritten figure:
   ``--quick`` experiment), every figure group's folder;
 - **seeds**: none listed twice; a claim's seeds are run by the entries it reads;
 - **targets**: an accuracy in (0, 1], a loss above 0 (the experiment's, and each claim's);
+- **claims**: each worded its own way (a verdict is matched by its claim's text);
 - **metrics**: every metric a claim, an ``against`` panel or a ``settled`` table names is one the analysis
   computes for the runs it reads (``METRICS``, or a decision their algorithm declares:
   ``AlgorithmSpec.decisions``); every ``against`` x that is no metric is a config key of those runs;
@@ -235,7 +236,10 @@ def _unknown_metric(where: str, what: str, metric: str, algorithms: list[str]) -
 
 
 def _claims(exp: Experiment, where: str) -> None:
+    texts: set[str] = set()
     for c in exp.claims:
+        if c.text in texts or texts.add(c.text):  # verdicts are matched by their claim's text (--check, scoreboard)
+            raise UserError(f"{where}: two claims read {c.text!r}: word each claim its own way")
         algorithms = _algorithms(_entries(exp, c.run, c.baseline))
         if not _computable(c.metric, algorithms):
             raise _unknown_metric(where, f"claim {c.text!r}", c.metric, algorithms)
