@@ -246,7 +246,7 @@ def reproduce(paper: str, quick: bool = False, out: Path | None = None, seeds: l
         raise UserError("jobs=None (all the cluster's CPUs) needs a cluster: give jobs, or cluster='ray'")
     exp = load.load_experiment(paper)
     if check:  # the committed results/<paper>/ (check_mod reads there) lie inside results/
-        results = exp.source.resolve().parent.parent / "results"
+        results = load.beside_experiments(exp.source) / "results"
         execute.inside(results, results / exp.paper / ("quick" if quick else ""),
                        f"paper {exp.paper!r}: its committed results")
     committed = check_mod.committed_verdicts(exp, quick) if check else None

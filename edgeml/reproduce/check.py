@@ -17,7 +17,7 @@ from pathlib import Path
 
 from edgeml.analysis.verdicts import HEADLINE_MARK, Result
 from edgeml.errors import UserError
-from edgeml.reproduce.load import Experiment
+from edgeml.reproduce.load import Experiment, beside_experiments
 
 HEADER = ("claim", "at", "verdict")
 """The verdicts table's columns ``--check`` reads."""
@@ -30,7 +30,7 @@ class Committed:
 
 
 def committed_report(exp: Experiment, quick: bool) -> Path:
-    folder = exp.source.resolve().parent.parent / "results" / exp.paper
+    folder = beside_experiments(exp.source) / "results" / exp.paper
     return (folder / "quick" if quick else folder) / "REPORT.md"
 
 

@@ -160,6 +160,12 @@ def find_experiment(paper: str) -> Path:
                     f"(folders in {' or '.join(str(d) for d in experiment_dirs())})")
 
 
+def beside_experiments(path: Path) -> Path:
+    """The folder that holds ``experiments/`` for an experiment file (``results/`` lies there too)."""
+    folder = path.resolve().parent
+    return folder.parent.parent if path.name == EXPERIMENT else folder.parent
+
+
 def companions(path: Path) -> list[Path]:
     """The files an experiment file brings (notes.md, ledger.toml): those beside it, where it is an
     ``experiment.toml`` (a lone ``x.toml`` brings none)."""
