@@ -3,7 +3,7 @@
 Cost (one process, one torch thread, the three methods' pieces alternating in rounds so that a drifting host
 affects all alike): per update, a worker's mini-batch gradient of the adacomp-cnn at batch 10 (the work every
 method shares), each method's selection at the worker (AdaComp: the c largest of every layer and their
-encoding, adacomp.txt Alg. 1 lines 13-16; Comp-ASGD: the c largest of the whole update; ASGD: none) and each
+encoding, AdaComp Alg. 1 lines 13-16; Comp-ASGD: the c largest of the whole update; ASGD: none) and each
 method's step at the PS (AdaComp: Alg. 2, sigma_k for the kept entries from the touch history, alpha / sigma_k,
 the apply, the history's record and the pull that answers; ASGD and Comp-ASGD: alpha / sigma on the whole
 update or on its kept entries), with ``--workers`` workers pushing in random order, so that the history holds

@@ -27,7 +27,7 @@ run asp-cpu asp --workers 4 --device cpu --set cluster.throttle=false
 run asp-cuda asp --workers 4 --device cuda --set cluster.throttle=false
 # A mix: two CPU and two CUDA workers, each kind calibrated on its own device, step times scaled.
 run asp-mix asp --workers 4 --set "cluster.devices={cpu='0-1', cuda='2-3'}" --set cluster.throttle_mode=scale
-# ESync's testbed (esync.txt Sec. 5): 4 GPU devices and 2 CPU devices, no emulated factors: the devices differ.
+# ESync's testbed (ESync Sec. 5): 4 GPU devices and 2 CPU devices, no emulated factors: the devices differ.
 run esync-testbed esync --workers 6 --set "cluster.devices={cuda='0-3', cpu='4-5'}" --set cluster.throttle=false
 run ssgd-testbed ssgd --workers 6 --set "cluster.devices={cuda='0-3', cpu='4-5'}" --set cluster.throttle=false
 "$PY" - "$OUT" <<'EOF'
