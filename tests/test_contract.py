@@ -48,7 +48,10 @@ def _read_back(path) -> tuple[pd.DataFrame, pd.DataFrame]:
     summary = json.loads((path / "summary.json").read_text())
     assert meta["status"] == summary["status"] == "completed", meta.get("stop_reason")
     evals = pd.read_csv(path / "evals.csv")
-    assert len(evals) >= 2 and math.isfinite(evals.loss.iloc[-1])
+    # a NaN evaluation is a row with no model to evaluate: before any node exposed one, so before any step (a
+    # procs run's nodes still starting on a busy host); a NaN after training began is a model gone wrong
+    assert (evals[evals.loss.isna()].total_steps == 0).all(), evals[["time_s", "total_steps", "loss"]]
+    assert len(evals) >= 2 and math.isfinite(evals.loss.iloc[-1]), evals[["time_s", "total_steps", "loss"]]
     assert math.isclose(summary["final_loss"], evals.loss.iloc[-1], rel_tol=1e-12)
     nodes = pd.read_csv(path / "nodes.csv")
     assert (nodes[nodes.role == "worker"].steps > 0).all()
