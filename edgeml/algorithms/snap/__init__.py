@@ -13,8 +13,8 @@ from edgeml.algorithms.snap.ape import APESchedule, changed, send_bound
 from edgeml.algorithms.snap.programs import (DenseGradients, ExchangeConfig, PeerConfig, SNAP0Config, SNAPConfig,
                                              exchange_peer, extra, peer_step, ps_host, ps_peer)
 from edgeml.algorithms.snap.weights import (choose_weights, eigenvalues, initial_weights, optimal_weights, prune,
-                                            rate_score, second_largest)
+                                            second_largest)
 
 __all__ = ["APESchedule", "DenseGradients", "ExchangeConfig", "PeerConfig", "SNAP0Config", "SNAPConfig", "changed",
            "choose_weights", "eigenvalues", "exchange_peer", "extra", "initial_weights", "optimal_weights",
-           "peer_step", "prune", "ps_host", "ps_peer", "rate_score", "second_largest", "send_bound"]
+           "peer_step", "prune", "ps_host", "ps_peer", "second_largest", "send_bound"]

@@ -7,11 +7,11 @@ parameter is sent only when it changed by more than T / sum_{l=1}^{I} (1 + alpha
 max|Delta x^{k-l}|, stays below T for at least I iterations; the peer tracks that bound with its own largest
 unsent change (``APESchedule``), and when it reaches T the stage ends and T shrinks by 10%, until T falls below
 ``epsilon`` x T_0, where it stays (a small final APE avoids sending the last slight changes). 1 + alpha G is
-``growth`` (the paper's example 1.01, alpha = 1 / (100 G)), a setting rather than derived from ``lr``: Algorithm 1
-takes G, the bound on the Hessian, as an input, and with a larger alpha G the bound of Eq. (27) grows so fast (its
-sum over 10 iterations is about 4,900 at 1 + alpha G = 2.2, against 10.6 at 1.01) that almost nothing would go
-unsent; the bound is a worst case, and the experiments keep the paper's 1.01. With threshold 0 every changed
-parameter is sent (SNAP-0, Sec. V).
+``growth`` (the paper's example 1.01, alpha = 1 / (100 G)): a setting beside a step ``lr`` of the peers' choice
+(``step = "fixed"`` or ``"bound"``), or 1 + alpha G from Algorithm 1 line 1's alpha = 1 / (100 G) (``step =
+"alg1"``, G = ``hessian_bound``: exactly 1.01; ``programs.ape_growth``). With a larger alpha G the bound of Eq.
+(27) grows so fast (its sum over 10 iterations is about 4,900 at 1 + alpha G = 2.2, against 10.6 at 1.01) that
+almost nothing would go unsent. With threshold 0 every changed parameter is sent (SNAP-0, Sec. V).
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ never meet it, a loaded procs run can. Gradients are over the peer's whole shard
 (``full_batch``), or one mini-batch. EXTRA converges for alpha < 2 mu_g lambda_min(W~) / L_f^2 (Sec. IV-A, from
 Eq. 10): ``step = "bound"`` takes alpha = ``lr`` x 2 lambda_min(W~), the same fraction of each W's bound, where
 the default ``"fixed"`` gives every W the step ``lr`` (the paper does not say which its Fig. 5 used; at a fixed
-step well inside both bounds a W can only help through mixing).
+step well inside both bounds a W can only help through mixing); ``step = "alg1"`` takes Algorithm 1 line 1's
+alpha = 1 / (100 G) from G = ``hessian_bound``, so that the APE growth 1 + alpha G is the 1.01 of Sec. IV-C.
 
 **Round clock** (Sec. II-B, IV-D: a global clock and a timer, as RIP). Round k starts at k x ``round_s``: a peer
 computes its update, sends its frames, then collects what arrives until the next tick; a neighbour whose message
@@ -83,6 +84,7 @@ import numpy as np
 from edgeml.algorithms.registry import AlgorithmSpec, register
 from edgeml.algorithms.snap.ape import APESchedule, changed
 from edgeml.algorithms.snap.weights import peer_weights
+from edgeml.errors import UserError
 from edgeml.schema import ranged
 
 if TYPE_CHECKING:
@@ -139,16 +141,25 @@ class PeerConfig:
 @dataclass
 class ExchangeConfig(PeerConfig):
     weights: Literal["optimized", "problem22", "problem23", "eq24"] = "optimized"
-    """W: ``optimized`` (problems 22-23, the one with the better ``rate_score`` kept, Sec. IV-B), one of the two
-    problems' solutions by name, or ``eq24`` (Eq. 24 as it is)."""
+    """W: ``optimized`` (the one of problems 22-23 with the larger convergence rate, Sec. IV-B: Problem 23's, see
+    ``weights.OPTIMIZED``), one of the two problems' solutions by name, or ``eq24`` (Eq. 24 as it is)."""
     prune: float = ranged(1e-6, ge=0, lt=1, zero="keep every edge")
     """Weights of the optimized W below this drop their edge (no exchange along it); 0 keeps every edge."""
-    step: Literal["fixed", "bound"] = "fixed"
+    step: Literal["fixed", "bound", "alg1"] = "fixed"
     """``fixed``: alpha = ``lr`` for every W; ``bound``: alpha = ``lr`` x 2 lambda_min(W~), the same fraction of
-    each W's step condition (Sec. IV-A; see the module docstring)."""
+    each W's step condition (Sec. IV-A; see the module docstring); ``alg1``: alpha = 1 / (100 G), G =
+    ``hessian_bound`` (Algorithm 1 line 1; ``lr`` unused), and SNAP's ``growth`` is 1 + alpha G = 1.01."""
+    hessian_bound: float = ranged(0.0, ge=0, zero="not given: only step = 'alg1' needs it")
+    """G, the bound on every server's Hessian, |grad^2 f_i(x)| <= G (Sec. IV-C, Algorithm 1's input): the step
+    of ``step = "alg1"``. For a smooth f_i it is at least f_i's gradient Lipschitz constant."""
     round_s: float = ranged(0.0, ge=0, zero="derived from the run")
     """Length of a round of the common clock, in seconds. 0 (auto): twice the slowest peer's step plus its
     frames to every neighbour at full size on its links, plus 10 ms for a real transport."""
+
+    def validate(self, cfg) -> None:
+        if self.step == "alg1" and not self.hessian_bound:
+            raise UserError(f"{cfg.run.algorithm}.step = 'alg1' takes alpha = 1 / (100 G) from G = "
+                            f"{cfg.run.algorithm}.hessian_bound: give G > 0 (a bound on every server's Hessian)")
 
 
 @dataclass
@@ -164,17 +175,38 @@ class SNAPConfig(ExchangeConfig):
     """Factor applied to the threshold each time the APE reaches it (Sec. V: 0.9)."""
     growth: float = ranged(1.01, ge=1)
     """1 + alpha G of Eqs. (25)-(27): the growth per iteration of an unsent change's error (the paper's example,
-    alpha = 1 / (100 G))."""
+    alpha = 1 / (100 G)), a setting with ``step = "fixed"`` or ``"bound"``; with ``"alg1"`` it follows from the
+    step (``ape_growth``) and must be left at 1.01."""
     stages: Literal["restart", "continue"] = "restart"
     """``restart``: every stage lasts ``hold`` iterations at every peer, and EXTRA restarts from the current
     parameters at each (Sec. IV-C); ``continue``: a peer ends a stage once the bound of Eq. (27) reaches the
     threshold, and EXTRA runs on (see the module docstring)."""
+
+    def validate(self, cfg) -> None:
+        super().validate(cfg)
+        if self.step == "alg1" and self.growth != 1.01:
+            raise UserError(f"{cfg.run.algorithm}.growth = {self.growth}: with step = 'alg1' the growth is "
+                            f"1 + alpha G = 1.01 (Algorithm 1 line 1); leave growth at 1.01 or choose another step")
 
 
 @dataclass
 class SNAP0Config(SNAPConfig):
     threshold: float = ranged(0.0, ge=0, zero="SNAP-0, every changed parameter is sent")
     """APE threshold: 0, every changed parameter is sent (SNAP-0)."""
+
+
+def step_size(cfg: ExchangeConfig, smallest: float) -> float:
+    """EXTRA's alpha (``step``) for a W whose smallest eigenvalue is ``smallest``."""
+    if cfg.step == "alg1":
+        return 1.0 / (100.0 * cfg.hessian_bound)  # Algorithm 1 line 1
+    if cfg.step == "bound":
+        return cfg.lr * (1.0 + smallest)  # 2 lambda_min(W~) = 1 + lambda_min(W), Eq. (7)
+    return cfg.lr
+
+
+def ape_growth(cfg: SNAPConfig, alpha: float) -> float:
+    """1 + alpha G of Eqs. (25)-(27) at the step ``alpha``: from G under ``step = "alg1"``, else ``growth``."""
+    return 1.0 + alpha * cfg.hessian_bound if cfg.step == "alg1" else cfg.growth
 
 
 # ------------------------------------------------------------------------------------------ SNAP's peers
@@ -237,12 +269,13 @@ def exchange_peer(node: Node, send_all: bool = False) -> None:
     node.expose(x)
     peers, edges = peer_graph(node)
     W, info = peer_weights(edges, len(peers), cfg.weights, cfg.prune)
-    alpha = cfg.lr * (1.0 + info[info["chosen"]]["smallest"]) if cfg.step == "bound" else cfg.lr
+    alpha = step_size(cfg, info[info["chosen"]]["smallest"])
+    growth = {} if send_all else {"growth": ape_growth(cfg, alpha)}  # SNO sends everything: no APE
     me = peers.index(node.rank)
     weight = {peers[j]: float(W[me, j]) for j in range(len(peers)) if j != me and W[me, j] != 0}
     if me == 0:
         node.log("weights", setup_s=info["setup_s"], chosen=info["chosen"], peers=len(peers), links=len(edges),
-                 alpha=alpha,
+                 alpha=alpha, **growth,
                  **{f"{name}_{k}": v for name in ("eq24", "problem22", "problem23") if name in info
                     for k, v in info[name].items()})
     n = x.numel()
@@ -250,7 +283,7 @@ def exchange_peer(node: Node, send_all: bool = False) -> None:
     views = {j: x.clone() for j in weight}  # each neighbour's values as last received: x^0 at the start
     held = {j: x.clone() for j in weight}  # this peer's values as each neighbour holds them
     threshold = 0.0 if send_all else cfg.threshold * float(x.abs().mean())
-    schedule = APESchedule(threshold, cfg.epsilon * threshold, cfg.hold, cfg.shrink, cfg.growth,
+    schedule = APESchedule(threshold, cfg.epsilon * threshold, cfg.hold, cfg.shrink, growth["growth"],
                            rule="fixed" if cfg.stages == "restart" else "ape") if not send_all else None
     everything = torch.ones(n, dtype=torch.bool, device=x.device)
     prev = None

@@ -6,10 +6,10 @@ improve on Eq. (24)'s W (``initial_weights``): problems (23) (minimize lambda_ma
 eigenvalue; lambda_max(W) = 1, so this is (21)) and (22) (maximize lambda_min(W)), convex (Theorem 3), each with
 the other eigenvalue held at least as good as at Eq. (24)'s W (our addition: alone, (22) returns W = I, which
 never mixes, and (23) drives the smallest eigenvalue to -1, where EXTRA's step condition fails), solved with
-cvxpy's bundled conic solver (CLARABEL, SCS as the fallback). The one with the better ``rate_score`` is kept (Sec.
-IV-B: "the solution that can result in the larger convergence rate"); weights below ``prune`` drop their edge
-(Sec. IV-D, neighbour planning). The solver's own time is the set-up time, which the peers log in the
-``weights`` series with both matrices' eigenvalues; it is not training time (the round clock starts after it).
+cvxpy's bundled conic solver (CLARABEL, SCS as the fallback). ``optimized`` is Problem (23)'s (``OPTIMIZED``
+says why); weights below ``prune`` drop their edge (Sec. IV-D, neighbour planning). The solver's own time is
+the set-up time, which the peers log in the ``weights`` series with the matrices' eigenvalues; it is not
+training time (the round clock starts after it).
 
 EXTRA converges for alpha < 2 mu_g lambda_min(W~) / L_f^2 (Sec. IV-A, from Eq. 10; W~ = (W + I) / 2, Eq. 7), so
 a W with a larger lambda_min allows a larger step: the peers' ``step = "bound"`` (``programs.py``) uses it.
@@ -57,14 +57,6 @@ def eigenvalues(W: np.ndarray) -> np.ndarray:
 def second_largest(W: np.ndarray) -> float:
     """lambda-bar_max(W): the largest eigenvalue after the one of the consensus direction (1 for these W)."""
     return float(eigenvalues(W)[1])
-
-
-def rate_score(W: np.ndarray) -> float:
-    """(1 - second-largest eigenvalue of W) x lambda_min(W~), W~ = (W + I) / 2: larger converges faster. These are
-    the two factors the rate bound (Eq. 17, from Eqs. 12-16) grows with; the paper keeps "the solution that can
-    result in the larger convergence rate" without a formula free of the problem's constants."""
-    ev = eigenvalues(W)
-    return float((1.0 - ev[1]) * (1.0 + ev[-1]) / 2.0)
 
 
 def optimal_weights(adj: np.ndarray, objective: str, nonnegative: bool = True,
@@ -152,25 +144,38 @@ def prune(W: np.ndarray, threshold: float = 1e-6) -> np.ndarray:
     return symmetrize(W)
 
 
+OPTIMIZED = "problem23"
+"""The candidate ``optimized`` keeps: Problem (23)'s, on every graph. SNAP Sec. IV-B keeps "the solution that
+can result in the larger convergence rate" of problems (22) and (23). The paper's (22) has one solution, W = I
+(lambda_min(W) <= lambda_max(W) = 1, equal only when every eigenvalue is 1), whose 1 - lambda-bar_max(W) = 0 is
+a factor of both terms of the rate bound, Eq. (17): no rate at all, while (23)'s W on a connected graph has
+lambda-bar_max(W) < 1. So the paper's rule picks (23) whatever the step and the loss's constants. Our guard on
+(23) (lambda_min(W) at least Eq. 24's) keeps every factor of Eq. (17) at least as good as at Eq. (24)'s W, the
+first term better by (23)'s lower lambda-bar_max. Our guarded (22) stays a named candidate: its guard binds (on
+every graph tried), so it mixes exactly as Eq. (24)'s W does, and it can beat (23) in Eq. (17) only where the
+second term, which lambda_min(W) raises, is the smaller one: near the step bound."""
+
+CANDIDATES = {"problem23": "second", "problem22": "smallest"}
+"""The named candidates and ``optimal_weights``' objective for each."""
+
+
 def choose_weights(adj: np.ndarray, nonnegative: bool = True, threshold: float = 1e-6,
                    eps: float = 1e-3, pick: str = "optimized") -> tuple[np.ndarray, dict]:
-    """The optimized W of Sec. IV-B: problems (23) and (22) from Eq. (24)'s point, the one with the better
-    ``rate_score`` (``pick = "optimized"``) or the one named (``"problem22"``, ``"problem23"``), pruned.
-    Returns (W, info) with each candidate's second-largest and smallest eigenvalue and score, Eq. (24)'s
-    included for comparison, the name of the one ``chosen`` and ``setup_s``, the solvers' time for both."""
-    candidates = {"eq24": initial_weights(adj, eps)}
-    setup_s = 0.0
-    for objective, name in (("second", "problem23"), ("smallest", "problem22")):
-        W, seconds = optimal_weights(adj, objective, nonnegative, start=candidates["eq24"])
-        candidates[name] = prune(W, threshold)
-        setup_s += seconds
-    info: dict = {name: {"second_largest": second_largest(W), "smallest": float(eigenvalues(W)[-1]),
-                         "score": rate_score(W)} for name, W in candidates.items()}
-    best = pick if pick in ("problem22", "problem23") else \
-        max(("problem23", "problem22"), key=lambda name: info[name]["score"])
-    info["chosen"] = best
+    """The W of Sec. IV-B named by ``pick``: ``"optimized"`` (Problem 23's, ``OPTIMIZED``), ``"problem23"`` or
+    ``"problem22"``, each solved from Eq. (24)'s point and pruned. Returns (W, info): the second-largest and
+    smallest eigenvalue of the solved W and of Eq. (24)'s (for comparison), the name of the one ``chosen`` and
+    ``setup_s``, the solver's time."""
+    name = OPTIMIZED if pick == "optimized" else pick
+    if name not in CANDIDATES:
+        raise ValueError(f"pick {pick!r}: use 'optimized', 'problem23' or 'problem22'")
+    start = initial_weights(adj, eps)
+    W, setup_s = optimal_weights(adj, CANDIDATES[name], nonnegative, start=start)
+    W = prune(W, threshold)
+    info: dict = {key: {"second_largest": second_largest(M), "smallest": float(eigenvalues(M)[-1])}
+                  for key, M in (("eq24", start), (name, W))}
+    info["chosen"] = name
     info["setup_s"] = setup_s
-    return candidates[best], info
+    return W, info
 
 
 @functools.lru_cache(maxsize=8)
@@ -208,7 +213,8 @@ def solved_cache(key: object) -> Path:
     """The file that keeps the solved W for ``key`` (the graph, the pick and the pruning threshold):
     ``$EDGEML_CACHE/snap-weights`` (default ``~/.cache/edgeml``), named by a hash of the key and of cvxpy's and
     its solvers' versions, so an upgrade solves again. The solution is the solver's, so a kept W equals a new
-    solve of the same version; its ``setup_s`` stays the time the solve took."""
+    solve of the same version; its ``setup_s`` stays the time the solve took. ``OPTIMIZED`` is hashed too: W kept
+    for ``optimized`` under another rule is solved again."""
     from importlib.metadata import PackageNotFoundError, version
 
     versions = []
@@ -217,5 +223,6 @@ def solved_cache(key: object) -> Path:
             versions.append(version(package))
         except PackageNotFoundError:
             versions.append(None)
-    digest = hashlib.blake2b(json.dumps([repr(key), versions, SOLVER_OPTIONS]).encode(), digest_size=16).hexdigest()
+    digest = hashlib.blake2b(json.dumps([repr(key), versions, SOLVER_OPTIONS, OPTIMIZED]).encode(),
+                             digest_size=16).hexdigest()
     return cache_dir("snap-weights") / f"{digest}.npz"
