@@ -447,7 +447,7 @@ def test_series_figures_come_from_the_registry(tmp_path, monkeypatch):
     assert next(f for f in files if f.name == "queue").caption == "Queue depths"
 
 
-def test_runs_without_series_skip_those_figures(tmp_path):
+def test_runs_without_series_skip_those_figures(tmp_path, no_drawing):  # names only: nothing drawn
     make_run(tmp_path, "bsp")
     written = {f.name for f in write_figures(load_runs([str(tmp_path)]), tmp_path / "fig")}
     assert written == {"convergence_time", "convergence_steps", "convergence_bytes", "convergence_ingress", "bars",
