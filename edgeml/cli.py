@@ -365,7 +365,7 @@ def reproduce(
                                                          "and whether they finished in the output folder, and a "
                                                          "total; run and write nothing."),
     check: bool = typer.Option(False, "--check", help="After reproducing, compare each claim's verdict with the "
-                                                      "committed results/<paper>/[quick/]REPORT.md; exit 1 on any "
+                                                      "committed results/<paper>/[quick/]verdicts.csv; exit 1 on any "
                                                       "change (each is printed), 2 where none is committed."),
     cluster: Optional[str] = typer.Option(
         None, "--cluster", help="ray: run each run as a Ray task (pip install -e '.[cluster]'), on a local Ray "

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Quick reproduction of every paper that has an experiment file, each claim's verdict checked against the
-# committed results/<paper>/quick/REPORT.md (--check); CI runs it so the claims stay honest.
+# committed results/<paper>/quick/verdicts.csv (--check); CI runs it so the claims stay honest.
 # Usage: scripts/reproduce_quick.sh [OUT_DIR]   (default: a fresh temporary folder; $PYTHON picks the interpreter)
 # Every experiment runs even when one fails (a failed run or reproduction is reported and ends the script
 # with exit code 1 after the others); each prints its wall time, so CI's budget stays visible.
@@ -33,7 +33,7 @@ for file in "${experiments[@]}"; do
   fi
   # each verdict is checked against the committed quick report (exit 1 on a change); a paper without one runs unchecked
   check=()
-  if [ -f "$root/results/$paper/quick/REPORT.md" ]; then check=(--check); else echo "== $paper: no committed results/$paper/quick/REPORT.md, verdicts unchecked"; fi
+  if [ -f "$root/results/$paper/quick/verdicts.csv" ]; then check=(--check); else echo "== $paper: no committed results/$paper/quick/verdicts.csv, verdicts unchecked"; fi
   echo "== $paper (quick) -> $out/$paper"
   start=$SECONDS
   "$python" -m edgeml reproduce "$paper" --quick --out "$out/$paper" "${check[@]}" || failed+=("$paper")

@@ -389,7 +389,7 @@ def test_no_level_above_where_the_runs_start_is_no_level():
     # in a report: the claim's result at that target says it was not measured, and why
     from types import SimpleNamespace
 
-    from edgeml.reproduce.render import NO_LEVEL_NOTE, claim_targets, _no_level
+    from edgeml.analysis.readings import NO_LEVEL_NOTE, claim_targets, no_level
     c = parse_claim({"text": "t", "metric": "ingress_to_target", "run": "r", "kind": "ratio",
                      "targets": [0.8, "reached"]}, "x.toml", "b")
     for run, label in ((a, "r"), (diverged, "b")):
@@ -397,7 +397,7 @@ def test_no_level_above_where_the_runs_start_is_no_level():
     exp = SimpleNamespace(targets=[Target("accuracy", 0.8)], source=SimpleNamespace(name="x.toml"))
     fixed, none = claim_targets(exp, c, SimpleNamespace(targets=[]), [a, diverged])
     assert fixed.value == 0.8 and math.isnan(none.value) and none.note == NO_LEVEL_NOTE
-    r = _no_level(c, none, {}, "fig3")
+    r = no_level(c, none, {}, "fig3")
     assert (r.n, r.figure, r.target) == (0, "fig3", f"accuracy ({NO_LEVEL_NOTE})")
     assert r.verdict == ("not measured: no accuracy above where the runs start is reached by every run (stays; a "
                          "run that diverged ends below its start)")

@@ -529,11 +529,11 @@ def test_a_missing_data_set_is_refused_before_anything_runs_and_plans_need_none(
 def test_an_ablation_that_reads_differently_at_a_claims_targets_says_where_each_reading_is():
     """A claim decided at several targets (or sweep points) decides its ablation at each: a reading shared by
     every target is one line, as it always was; readings that differ are one line each, saying where."""
-    from edgeml.analysis.verdicts import Result
+    from edgeml.analysis.verdicts import Result, Verdict
     from edgeml.reproduce.render import _ablation_lines
 
     def result(target, *ablations):
-        return Result(claim="c", target=target, paper="80%", measured="-", n=5, resolution="-", verdict="weaker",
+        return Result(claim="c", target=target, paper="80%", measured="-", decision=Verdict("weaker", n=5),
                       ablations=ablations)
 
     same = ("abl-a", "A takes 70% less time", "weaker")
@@ -544,8 +544,9 @@ def test_an_ablation_that_reads_differently_at_a_claims_targets_says_where_each_
         "  - ablation `abl-b` at loss<=1, loss<=0.8: B takes 68% less time (weaker with it in the claim's place).",
         "  - ablation `abl-b` at loss<=0.9: B takes 73% less time (holds with it in the claim's place).",
         "  - ablation `abl-a`: A takes 70% less time (weaker with it in the claim's place)."]
-    swept = [Result(claim="c", target="loss<=0.9", paper="-", measured="-", n=3, resolution="-", verdict="weaker",
-                    at=f"cluster.workers={n}", ablations=(("abl-c", f"{n} workers", "holds"),)) for n in (18, 36)]
+    swept = [Result(claim="c", target="loss<=0.9", paper="-", measured="-", decision=Verdict("weaker", n=3),
+                    at=f"cluster.workers={n}", ablations=(("abl-c", f"{n} workers", Verdict("holds")),))
+             for n in (18, 36)]
     assert [line.split(":")[0] for line in _ablation_lines(swept)] == [
         "  - ablation `abl-c` at cluster.workers=18; loss<=0.9",
         "  - ablation `abl-c` at cluster.workers=36; loss<=0.9"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+import csv
 import importlib
 import json
 import shutil
@@ -14,10 +15,12 @@ import pytest
 from typer.testing import CliRunner
 
 from edgeml import cli, rundir
-from edgeml.reproduce import check, reproduce
+from edgeml.analysis.verdicts import VERDICT_KINDS
+from edgeml.reproduce import reproduce
 from edgeml.reproduce.load import load_experiment
 from edgeml.reproduce.parallel import needed_cores, reservation
 from edgeml.reproduce.plan import plan
+from edgeml.reproduce.summary import read_verdicts
 from test_reproduce import EXPERIMENT, edit, finished_runs, unpack  # the toy experiment, and reading its runs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -216,12 +219,10 @@ def test_plan_counts_finished_runs_at_their_recorded_cost(tmp_path, toy):
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
 
 
-def test_the_committed_reports_verdicts_parse_and_match_themselves():
-    for report in sorted(ROOT.glob("results/*/REPORT.md")) + sorted(ROOT.glob("results/*/quick/REPORT.md")):
-        rows = check.parse_verdicts(report.read_text())
-        assert rows, report
-        assert all(verdict and "**" not in verdict for _, _, verdict in rows), report
-    assert check.kind("holds (>= 65%)") == "holds" and check.kind("does not hold") == "does not hold"
+def test_the_committed_verdicts_read_as_typed_verdicts():
+    for path in sorted(ROOT.glob("results/*/verdicts.csv")) + sorted(ROOT.glob("results/*/quick/verdicts.csv")):
+        rows = read_verdicts(path, "--check")
+        assert rows and all(r.decision.kind in VERDICT_KINDS and "**" not in r.verdict for r in rows), path
 
 
 @pytest.mark.slow
@@ -235,13 +236,17 @@ def test_check_compares_verdicts_with_the_committed_report(tmp_path, toy):
             "--out", str(tmp_path / "again")]
     result = CliRunner().invoke(cli.app, args)
     assert result.exit_code == 0 and "every verdict is as committed" in result.output, result.output
-    report = (out / "REPORT.md").read_text()
-    rows = check.parse_verdicts(report)
-    claim, _, verdict = rows[0]
-    (out / "REPORT.md").write_text(report.replace(f"**{verdict}**", "**stronger**", 1))
+    path = out / "verdicts.csv"
+    rows = list(csv.DictReader(path.open()))
+    claim, verdict = rows[0]["claim"], read_verdicts(path)[0].verdict
+    rows[0]["verdict"] = "stronger" if rows[0]["verdict"] != "stronger" else "weaker"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
     result = CliRunner().invoke(cli.app, [*args, "--resume"])
     assert result.exit_code == 1, result.output
-    assert f"verdict changed: {claim}" in result.output and f"stronger -> {verdict}" in result.output
+    assert f"verdict changed: {claim}" in result.output and f"-> {verdict}" in result.output
 
 
 def _descendants(pid: int) -> set[int]:

@@ -29,7 +29,14 @@ gives one value (an interval when censored); the verdict rests on the 95% bootst
 
 Seeds (``seed_rule``): a verdict rests on at least ``MIN_SEEDS`` seeds, else it is "inconclusive (one seed)";
 a headline claim reads holds, weaker, stronger or does not hold only on ``HEADLINE_SEEDS``, else "inconclusive
-(3 of 5 seeds)". What the runs read before that rule is kept (``Result.provisional``) and reported beside it.
+(3 of 5 seeds)". What the runs read before that rule is kept (``Verdict.provisional``) and reported beside it.
+
+A verdict is data (``Verdict``: kind, bound, the effect with its interval, n, the seeds it needs, the arrival
+rule...); ``verdict_words`` is the one place it becomes words, and ``verdicts.csv`` carries its fields as columns
+(``verdict_row``, ``verdict_from_row``). Every verdict away from the paper owes a diagnosis
+(``owes_diagnosis``): weaker, does not hold, inconclusive, not resolved, and stronger once its interval lies
+beyond ``FAR`` (2x) of the paper's figure, a result that far above the paper's being no more a reproduction of
+it than one that far below.
 
 Every measured effect is also said in words (``Result.words``), oriented to the claim and in its kind's unit:
 "fig4-adsp: time to the target 45% lower than fig4-bsp's", "esync: bytes per second 1/52 of asgd's".
@@ -56,48 +63,250 @@ HOLDS_SHARE = 0.9
 """A claim holds when its interval reaches the paper's figure within 1 - HOLDS_SHARE (10%)."""
 
 
+VERDICT_KINDS = ("holds", "weaker", "stronger", "does not hold", "inconclusive", "not resolved", "not measured")
+"""What a claim can read (``Verdict.kind``)."""
+DECISIVE = ("holds", "weaker", "stronger", "does not hold")
+"""The kinds that decide a claim (with or without a bound: "holds (>= 40%)")."""
+NEEDS_DIAGNOSIS = ("weaker", "stronger", "does not hold", "inconclusive", "not resolved")
+"""The kinds a claim owes a diagnosis for (``edgeml.analysis.claims.Diagnosis``): "stronger" only beyond
+``FAR`` of the paper's figure (``owes_diagnosis``)."""
+FAR = 2.0
+"""A result further than this factor from the paper's figure is no reproduction of it, on either side."""
+BOUNDS = ("", ">=", "<=")
+UNITS = ("%", "x", "s", "MB", "pp", "")
+"""How a verdict's numbers are written: a share, a ratio, seconds, bytes (in MB), percentage points, a plain
+number."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A claim's verdict as data; ``verdict_words`` says it ("holds (>= 40%)", "inconclusive (3 of 5 seeds)").
+
+    Numbers are as the claim shows them (``_show``: a change against the baseline carries its sign), in
+    ``unit``; None where there is none."""
+
+    kind: str
+    """One of ``VERDICT_KINDS``; "inconclusive" with ``provisional`` set: too few seeds decided it."""
+    bound: str = ""
+    """">=" or "<=": a run never reached the target, so only this bound on the effect is known (``point``)."""
+    point: float | None = None
+    """The mean effect (the bound, with ``bound``)."""
+    lo: float | None = None
+    """The 95% interval of the mean effect (of the bound, with ``bound``), lo <= hi."""
+    hi: float | None = None
+    unit: str = ""
+    signed: bool = False
+    """Shown as a change with its sign ("+38%")."""
+    paper: float | None = None
+    """The paper's figure for a comparison, shown as the effect is."""
+    n: int = 0
+    """The seeds it rests on."""
+    seeds_needed: int = MIN_SEEDS
+    """The seeds a decisive verdict needs (``HEADLINE_SEEDS`` for a headline claim)."""
+    rule: str = ""
+    """The arrival rule a time to a target is read by (``edgeml.analysis.convergence.RULES``); "" for other
+    metrics."""
+    reason: str = ""
+    """Why it is not measured, or an inconclusive reading's reason ("censored points")."""
+    provisional: str = ""
+    """The kind the runs read before ``seed_rule`` (same bound and numbers)."""
+    resolution: float | None = None
+    """One evaluation interval, in ``resolution_unit`` (the samples' unit: "s", "steps", "bytes")."""
+    resolution_unit: str = ""
+
+    def __str__(self) -> str:
+        return verdict_words(self)
+
+
+def number_text(v: float, unit: str, signed: bool = False) -> str:
+    """A number as verdicts write it in ``unit``; a value that rounds to zero has no sign ("0.0 pp", never
+    "-0.0 pp"); ``signed``: a positive one carries "+"."""
+    if math.isinf(v):
+        text = "∞" if v > 0 else "-∞"
+    elif unit == "%":
+        text = f"{v:.0%}"
+    elif unit == "x":
+        text = f"{v:.2f}x"
+    elif unit == "s":
+        text = f"{v:.0f} s"
+    elif unit == "MB":
+        text = f"{v / 1e6:.1f} MB"
+    elif unit == "pp":
+        text = f"{v * 100:.1f} pp"
+    else:
+        text = f"{v:.4g}"
+    if _rounds_to_zero(text):
+        return text.removeprefix("-")
+    return "+" + text if signed and v > 0 else text
+
+
+def _reading(kind: str, v: Verdict) -> str:
+    if kind == "not measured":
+        return f"not measured: {v.reason}"
+    detail = v.reason or (f"{v.bound} {number_text(v.point, v.unit, v.signed)}" if v.bound else "")
+    return f"{kind} ({detail})" if detail else kind
+
+
+def verdict_words(v: Verdict) -> str:
+    """A verdict in the reports' words: "holds", "holds (>= 40%)", "inconclusive (3 of 5 seeds)", "not measured:
+    no run 'x'". The one place they are made."""
+    if v.provisional:
+        return f"inconclusive ({'one seed' if v.n == 1 else f'{v.n} of {v.seeds_needed} seeds'})"
+    return _reading(v.kind, v)
+
+
+def provisional_words(v: Verdict) -> str:
+    """What the runs read where too few seeds decided the verdict ("holds (>= 40%)"); "" elsewhere."""
+    return _reading(v.provisional, v) if v.provisional else ""
+
+
+def resolution_words(v: Verdict) -> str:
+    return _resolution_text(math.nan if v.resolution is None else v.resolution, v.resolution_unit)
+
+
+def far_from_paper(v: Verdict) -> bool:
+    """Whether the effect lies more than ``FAR`` from the paper's figure p: its interval (its bound, where only a
+    bound is known) excludes [p / FAR, FAR p], taken as the paper states the figure (7x: 3.5x to 14x; 80%: 40%
+    to 160%). False where the paper gives no figure or nothing was measured."""
+    if v.paper is None or v.point is None:
+        return False
+    a, b = sorted((v.paper / FAR, v.paper * FAR))
+    if v.bound == ">=":
+        return v.point > b
+    if v.bound == "<=":
+        return v.point < a
+    return v.lo is not None and (v.hi < a or v.lo > b)
+
+
+def owes_diagnosis(v: Verdict) -> bool:
+    """Whether a claim reading ``v`` needs a diagnosis: every verdict away from the paper, "stronger" once it
+    lies beyond ``FAR`` of the paper's figure."""
+    return v.kind in NEEDS_DIAGNOSIS and (v.kind != "stronger" or far_from_paper(v))
+
+
+def reproduced(v: Verdict) -> bool:
+    """On the paper's side and within ``FAR`` of its figure (a claim without one: holds)."""
+    if v.provisional or v.kind not in ("holds", "weaker", "stronger"):
+        return False
+    return not far_from_paper(v)
+
+
+# the columns ``verdicts.csv`` carries a verdict in (``verdict_row``), beside the claim's own
+VERDICT_FIELDS = {"verdict": "kind", "bound": "bound", "point": "point", "lo": "lo", "hi": "hi", "unit": "unit",
+                  "signed": "signed", "paper_figure": "paper", "n": "n", "seeds_needed": "seeds_needed",
+                  "rule": "rule", "reason": "reason", "provisional": "provisional", "resolution": "resolution",
+                  "resolution_unit": "resolution_unit"}
+
+
+NUMBERS = ("point", "lo", "hi", "paper", "resolution")
+"""The fields of a ``Verdict`` that hold a number or None."""
+
+
+def _number_cell(v: float | None) -> str:
+    # every digit (the shortest text that reads back to the same float): the words read back from the file are
+    # the report's, even where a mean lies on a rounding tie (6.235 shown as 6.23x or 6.24x by its last bit)
+    return "" if v is None else repr(float(v))
+
+
+def verdict_row(v: Verdict) -> dict[str, str]:
+    """``v`` as ``verdicts.csv``'s cells (``VERDICT_FIELDS``); ``verdict_from_row`` reads them back."""
+    cells = {}
+    for column, name in VERDICT_FIELDS.items():
+        x = getattr(v, name)
+        cells[column] = str(int(x)) if isinstance(x, bool) else _number_cell(x) if name in NUMBERS else str(x)
+    return cells
+
+
+def verdict_from_row(row: dict[str, str]) -> Verdict:
+    """The verdict of one ``verdicts.csv`` row; a ValueError naming the cell that is no part of one. Columns
+    other than ``verdict`` may be missing (a file written before they were): they take their defaults."""
+    values = {}
+    for column, name in VERDICT_FIELDS.items():
+        cell = row.get(column)
+        if cell is None:
+            continue
+        default = getattr(Verdict, name, None)
+        try:
+            if name in NUMBERS:
+                values[name] = float(cell) if cell else None
+            elif name == "kind" or isinstance(default, str):
+                values[name] = cell
+            elif isinstance(default, bool):
+                values[name] = bool(int(cell))
+            else:
+                values[name] = int(cell)
+        except ValueError:
+            what = "number" if name in NUMBERS else type(default).__name__
+            raise ValueError(f"{column} = {cell!r} is no {what}") from None
+        if name in NUMBERS and values[name] is not None and math.isnan(values[name]):
+            values[name] = None
+    v = Verdict(**values)
+    for name, allowed in (("kind", VERDICT_KINDS), ("bound", BOUNDS), ("unit", UNITS),
+                          ("provisional", ("",) + VERDICT_KINDS)):
+        if getattr(v, name) not in allowed:
+            raise ValueError(f"{'verdict' if name == 'kind' else name} = {getattr(v, name)!r}: one of "
+                             f"{', '.join(repr(a) for a in allowed)}")
+    return v
+
+
 @dataclass(frozen=True)
 class Result:
+    """A claim's reading at one sweep point and target: the typed verdict and the text beside it."""
+
     claim: str
     target: str
     paper: str
     measured: str
-    n: int
-    resolution: str
-    verdict: str
+    decision: Verdict
     figure: str | None = None
     at: str = ""  # the sweep point, for a claim checked at every point of a sweep
     words: str = ""  # the measured effect in words ("esync: bytes per second 1/52 of asgd's")
-    provisional: str = ""  # what the runs read where ``seed_rule`` made the verdict inconclusive
     headline: bool = False
-    other_rule: str = ""  # the other arrival rule's reading, where it disagrees (``edgeml.reproduce.render``)
-    ablations: tuple = ()  # (run, measured, verdict) of each ablation of the claim's diagnosis
+    other_rule: str = ""  # the other arrival rule's reading, where it disagrees (``edgeml.analysis.readings``)
+    ablations: tuple = ()  # (run, measured, Verdict) of each ablation of the claim's diagnosis
+
+    @property
+    def verdict(self) -> str:
+        return verdict_words(self.decision)
+
+    @property
+    def kind(self) -> str:
+        return self.decision.kind
+
+    @property
+    def n(self) -> int:
+        return self.decision.n
+
+    @property
+    def provisional(self) -> str:
+        return provisional_words(self.decision)
+
+    @property
+    def resolution(self) -> str:
+        return resolution_words(self.decision)
+
+    @property
+    def where(self) -> str:
+        """Where it was measured: the sweep point and the target ("cluster.hetero=H=1.6; loss<=0.9")."""
+        return claim_at(self.at, self.target)
+
+
+def claim_at(at: str, target: str) -> str:
+    return "; ".join(filter(None, (at, target))) or "-"
 
 
 HEADLINE_MARK = "**H** "
-"""Before a headline claim's text in a report's tables (``edgeml.reproduce.check`` reads past it)."""
-DECISIVE = ("holds", "weaker", "stronger", "does not hold")
-"""The verdicts that decide a claim (with or without a bound: "holds (>= 40%)")."""
-NEEDS_DIAGNOSIS = ("weaker", "does not hold", "inconclusive", "not resolved")
-"""The verdicts a claim owes a diagnosis for (why it does not read holds: ``edgeml.analysis.claims.Diagnosis``)."""
-
-
-def verdict_kind(verdict: str) -> str:
-    """A verdict's kind: "holds (>= 40%)" is holds, "inconclusive (one seed)" inconclusive, "not measured: no
-    run 'x'" not measured."""
-    return verdict.split(" (")[0].split(":")[0]
+"""Before a headline claim's text in a report's tables."""
 
 
 def seed_rule(result: Result, claim: Claim) -> Result:
     """``result`` with its verdict made inconclusive where too few seeds decided it (the module docstring): one
     seed never decides; a headline claim needs ``HEADLINE_SEEDS`` to read a decisive verdict."""
-    v = result.verdict
-    if v.startswith("not measured") or result.n == 0:
+    v = result.decision
+    if v.kind == "not measured" or v.n == 0:
         return result
-    if result.n < MIN_SEEDS:
-        return replace(result, verdict="inconclusive (one seed)", provisional=v)
-    if claim.headline and result.n < HEADLINE_SEEDS and v.split(" (")[0] in DECISIVE:
-        return replace(result, verdict=f"inconclusive ({result.n} of {HEADLINE_SEEDS} seeds)", provisional=v)
+    if v.n < MIN_SEEDS or (claim.headline and v.n < HEADLINE_SEEDS and v.kind in DECISIVE):
+        return replace(result, decision=replace(v, kind="inconclusive", provisional=v.kind))
     return result
 
 
@@ -107,14 +316,15 @@ def _per_seed(samples: pd.DataFrame) -> pd.DataFrame:
 
 
 def decide(iv: Interval, claim: Claim, lo_open: bool, hi_open: bool, resolved: bool,
-           favoured: Interval | None = None) -> str:
-    """The verdict for a pair or trend claim from the mean effect's interval (see the module docstring).
+           favoured: Interval | None = None) -> tuple[str, bool]:
+    """The verdict's kind for a pair or trend claim from the mean effect's interval (see the module
+    docstring), and whether it rests on a bound (one side censored: ``effect`` says which).
 
     ``favoured``: the interval with every time moved one resolution step the paper's way (``_favoured``); an
     effect below the resolution still excludes the paper's figure when this interval does."""
     neutral = 0.0 if claim.kind == "trend" else NEUTRAL[claim.kind]  # a trend's statistic: no change is 0
     if lo_open and hi_open:
-        return "inconclusive"
+        return "inconclusive", False
     s = claim.sign
     p = abs(claim.paper_value - neutral) if claim.kind in PAIR_KINDS and claim.paper_value is not None else None
 
@@ -123,35 +333,35 @@ def decide(iv: Interval, claim: Claim, lo_open: bool, hi_open: bool, resolved: b
         return p is not None and claim.margin is None and bool(top < HOLDS_SHARE * p)
 
     if not resolved:
-        return "does not hold" if favoured is not None and short_of_paper(favoured) else "not resolved"
+        return "does not hold" if favoured is not None and short_of_paper(favoured) else "not resolved", False
     lo, hi = (iv.ci_low - neutral, iv.ci_high - neutral) if s > 0 else (neutral - iv.ci_high, neutral - iv.ci_low)
     if s < 0:
         lo_open, hi_open = hi_open, lo_open
-    bound = _bound_text(iv, claim, lo_open if s > 0 else hi_open, hi_open if s > 0 else lo_open)
     if claim.margin is not None:  # non-inferiority: short of the baseline by up to the margin still holds
         lo, hi = lo + claim.margin, hi + claim.margin
         if hi_open:
-            return f"holds ({bound})" if lo >= 0 else f"inconclusive ({bound})"
+            return ("holds" if lo >= 0 else "inconclusive"), True
         if lo_open:
-            return f"does not hold ({bound})" if hi < 0 else f"inconclusive ({bound})"
-        return "holds" if lo >= 0 else "does not hold" if hi < 0 else "inconclusive"
+            return ("does not hold" if hi < 0 else "inconclusive"), True
+        return ("holds" if lo >= 0 else "does not hold" if hi < 0 else "inconclusive"), False
     if hi_open:  # only a lower bound on the effect
         if lo > 0 and p is not None and lo > p / HOLDS_SHARE:
-            return f"stronger ({bound})"
-        return f"holds ({bound})" if lo > 0 and (p is None or lo >= HOLDS_SHARE * p) else f"inconclusive ({bound})"
+            return "stronger", True
+        return ("holds" if lo > 0 and (p is None or lo >= HOLDS_SHARE * p) else "inconclusive"), True
     if lo_open:  # only an upper bound: below neutral, or below the paper's figure, it decides
-        return f"does not hold ({bound})" if hi < 0 or short_of_paper(iv) else f"inconclusive ({bound})"
+        return ("does not hold" if hi < 0 or short_of_paper(iv) else "inconclusive"), True
     if lo > 0:
         if p is None:
-            return "holds"
-        return "weaker" if hi < HOLDS_SHARE * p else "stronger" if lo > p / HOLDS_SHARE else "holds"
-    return "does not hold" if hi < 0 or short_of_paper(iv) else "inconclusive"
+            return "holds", False
+        return ("weaker" if hi < HOLDS_SHARE * p else "stronger" if lo > p / HOLDS_SHARE else "holds"), False
+    return ("does not hold" if hi < 0 or short_of_paper(iv) else "inconclusive"), False
 
 
-def decide_value(iv: Interval, claim: Claim, hi_open: bool, resolved: bool) -> str:
+def decide_value(iv: Interval, claim: Claim, hi_open: bool, resolved: bool) -> tuple[str, bool]:
+    """A value claim's kind, and whether it rests on a (lower) bound."""
     lo, hi = iv.ci_low, iv.ci_high
     if not resolved:
-        return "not resolved"
+        return "not resolved", False
     if claim.op == ">=":
         verdict = "holds" if lo >= claim.paper_value else "does not hold" if hi < claim.paper_value else "inconclusive"
     elif claim.op == "<=":
@@ -159,22 +369,24 @@ def decide_value(iv: Interval, claim: Claim, hi_open: bool, resolved: bool) -> s
     else:
         a, b = claim.paper_value
         verdict = "holds" if a <= lo and hi <= b else "does not hold" if hi < a or lo > b else "inconclusive"
-    return f"{verdict} ({_bound_text(iv, claim, False, True)})" if hi_open else verdict
+    return verdict, hi_open
 
 
 def evaluate(claim: Claim, samples: pd.DataFrame, target: str = "", seeds_rule: bool = True,
-             names: dict[str, str] | None = None) -> list[Result]:
+             names: dict[str, str] | None = None, rule: str = "") -> list[Result]:
     """Evaluate ``claim`` on the samples table at one target (``Target.short``; "" for other metrics): one
     result, or one per sweep point when the claim names a swept run. ``seeds_rule``: apply ``seed_rule`` (off:
     what the samples read, however few seeds they have). ``names``: what the words call each run, by its
-    experiment name ("fig4-adsp": "ADSP"; ``words_names``)."""
-    rule = seed_rule if seeds_rule else (lambda result, claim: result)
+    experiment name ("fig4-adsp": "ADSP"; ``words_names``). ``rule``: the arrival rule ``target`` is read by,
+    which the verdicts record."""
+    seeds = seed_rule if seeds_rule else (lambda result, claim: result)
     rows = samples[(samples["metric"] == claim.metric) & (samples["target"] == target)]
+    base = Verdict("not measured", seeds_needed=HEADLINE_SEEDS if claim.headline else MIN_SEEDS, rule=rule)
     result = dict(claim=claim.text, target=target, paper=paper_text(claim, names or {}), figure=claim.figure,
-                  headline=claim.headline)
+                  headline=claim.headline, decision=base)
 
     def missing(why: str) -> list[Result]:
-        return [Result(**result, measured="n/a", n=0, resolution="-", verdict=f"not measured: {why}")]
+        return [not_measured(result, why)]
 
     if samples.empty or not (samples["metric"] == claim.metric).any():
         return missing(f"the runs have no metric {claim.metric!r}")
@@ -182,20 +394,52 @@ def evaluate(claim: Claim, samples: pd.DataFrame, target: str = "", seeds_rule: 
         rows = rows[rows["seed"].isin(claim.seeds)]
     unit = rows["unit"].iloc[0] if len(rows) else ""
     if claim.kind == "trend":
-        return [rule(_evaluate_trend(claim, rows, result, lambda why: missing(why)[0], unit), claim)]
+        return [seeds(_evaluate_trend(claim, rows, result, unit), claim)]
     if (rows["run"] == claim.run).any():
-        return [rule(_evaluate_one(claim, claim.run, rows, result, unit, names or {}), claim)]
+        return [seeds(_evaluate_one(claim, claim.run, rows, result, unit, names or {}), claim)]
     points = rows.loc[rows["spec"] == claim.run, ["run", "point"]].drop_duplicates()
     if points.empty:
         return missing(f"no run {claim.run!r}" + (" with those seeds" if claim.seeds else ""))
-    return [rule(_evaluate_one(claim, label, rows, {**result, "at": point}, unit, names or {}), claim)
+    return [seeds(_evaluate_one(claim, label, rows, {**result, "at": point}, unit, names or {}), claim)
             for label, point in points.values]
+
+
+def not_measured(result: dict, why: str) -> Result:
+    """``result`` (``Result``'s fields but measured) read as not measured, and why."""
+    return Result(**{**result, "decision": replace(result["decision"], kind="not measured", reason=why)},
+                  measured="n/a")
+
+
+def _verdict(result: dict, claim: Claim, decided: tuple[str, bool], iv: Interval, lo_open: bool, hi_open: bool,
+             res: float, unit: str, reason: str = "") -> Verdict:
+    """The typed verdict of ``decided`` (kind, bounded) on the mean effect ``iv`` (censored on ``lo_open`` /
+    ``hi_open``), its numbers as the claim shows them."""
+    kind, bounded = decided
+    flip = _flip(claim)
+    point, lo, hi, bound = None, None, None, ""
+    if bounded:
+        lower = hi_open and not lo_open  # only the effect's lower end is known
+        bound = _bound_op(claim, lower)
+        point = _shown(claim, iv.low if lower else iv.high)
+        lo, hi = sorted((_shown(claim, iv.ci_low), _shown(claim, iv.ci_high)))
+    elif not (lo_open or hi_open) and iv.n:
+        point = _shown(claim, iv.low)
+        lo, hi = sorted((_shown(claim, iv.ci_low), _shown(claim, iv.ci_high)))
+    paper = _shown(claim, claim.paper_value) if claim.kind in PAIR_KINDS and claim.paper_value is not None else None
+    return replace(result["decision"], kind=kind, bound=bound, point=_number(point), lo=_number(lo), hi=_number(hi),
+                   unit=_unit(claim), signed=flip, paper=_number(paper), n=iv.n, reason=reason,
+                   resolution=_number(res) if unit else None, resolution_unit=unit)
+
+
+def _number(v: float | None) -> float | None:
+    """A verdict's number as a float, None where there is none (NaN)."""
+    return None if v is None or math.isnan(v) else float(v)
 
 
 def _evaluate_one(claim: Claim, label: str, rows: pd.DataFrame, result: dict, unit: str,
                   names: dict[str, str]) -> Result:
     def missing(why: str) -> Result:
-        return Result(**result, measured="n/a", n=0, resolution="-", verdict=f"not measured: {why}")
+        return not_measured(result, why)
 
     run = _per_seed(rows[rows["run"] == label])
     if claim.kind == "value":
@@ -203,8 +447,9 @@ def _evaluate_one(claim: Claim, label: str, rows: pd.DataFrame, result: dict, un
         hi_open = bool(np.isinf(run["hi"]).any())
         res = float(run["resolution"].max())
         resolved = not (unit and iv.exact and claim.op != "between" and abs(iv.low - claim.paper_value) < res)
-        return Result(**result, measured=_measured(iv, claim, False, hi_open), n=iv.n,
-                      resolution=_resolution_text(res, unit), verdict=decide_value(iv, claim, hi_open, resolved),
+        decided = decide_value(iv, claim, hi_open, resolved)
+        return Result(**{**result, "decision": _verdict(result, claim, decided, iv, False, hi_open, res, unit)},
+                      measured=_measured(iv, claim, False, hi_open),
                       words=effect_words(claim, iv, words_names([label], result, names)[0], "", False, hi_open))
     base_label = claim.baseline
     if not (rows["run"] == base_label).any() and "[" in label and "[" not in base_label:
@@ -226,9 +471,9 @@ def _evaluate_one(claim: Claim, label: str, rows: pd.DataFrame, result: dict, un
     if claim.kind == "difference" and claim.margin is not None and claim.margin >= res:
         resolved = True  # a difference below the resolution lies within a margin at least as wide: decide on it
     favoured = None if resolved or lo_open or hi_open else _favoured(claim, r, b, res)
-    return Result(**result, measured=_measured(iv, claim, lo_open, hi_open), n=iv.n,
-                  resolution=_resolution_text(res, unit),
-                  verdict=decide(iv, claim, lo_open, hi_open, resolved, favoured),
+    decided = decide(iv, claim, lo_open, hi_open, resolved, favoured)
+    return Result(**{**result, "decision": _verdict(result, claim, decided, iv, lo_open, hi_open, res, unit)},
+                  measured=_measured(iv, claim, lo_open, hi_open),
                   words=effect_words(claim, iv, *words_names([label, base_label], result, names), lo_open,
                                      hi_open))
 
@@ -245,7 +490,10 @@ def _favoured(claim: Claim, run: pd.DataFrame, base: pd.DataFrame, res: float) -
     return mean_interval(*pair_effect(claim.kind, r_lo, r_hi, b_lo, b_hi))
 
 
-def _evaluate_trend(claim: Claim, rows: pd.DataFrame, result: dict, missing, unit: str) -> Result:
+def _evaluate_trend(claim: Claim, rows: pd.DataFrame, result: dict, unit: str) -> Result:
+    def missing(why: str) -> Result:
+        return not_measured(result, why)
+
     run = rows[rows["spec"] == claim.run]
     if run.empty:
         return missing(f"no sweep {claim.run!r}")
@@ -279,19 +527,24 @@ def _evaluate_trend(claim: Claim, rows: pd.DataFrame, result: dict, missing, uni
     timed = unit and claim.effect in ("value", "difference")
     means = ", ".join(f"{pt.split('=', 1)[-1]}: {_point_text(claim, p)}" for pt, p in zip(points, per_point))
     name = "dip" if claim.direction == "minimum" else "change"
+    res_unit = unit if timed else ""
     if (bounds[:, 0] == bounds[:, 1]).all():  # every seed's statistic measured (censoring, if any, did not matter)
         resolved = not (timed and abs(iv.low) < res)
-        verdict, shown = decide(iv, claim, False, False, resolved), _measured(iv, claim, False, False)
+        decided, shown = decide(iv, claim, False, False, resolved), _measured(iv, claim, False, False)
+        verdict = _verdict(result, claim, decided, iv, False, False, res, res_unit)
     else:
-        verdict, shown = _decide_trend_bound(iv, bounds, claim, res if timed else 0.0)
-    return Result(**result, measured=f"{means}; {name} {shown}", n=len(seeds),
-                  resolution=_resolution_text(res, unit if timed else ""), verdict=verdict,
+        decided, lo_open, hi_open, shown = _decide_trend_bound(iv, bounds, claim, res if timed else 0.0)
+        verdict = _verdict(result, claim, decided, iv, lo_open, hi_open, res, res_unit,
+                           "" if decided[1] else "censored points")
+    return Result(**{**result, "decision": verdict}, measured=f"{means}; {name} {shown}",
                   words=_trend_words(claim, iv, bool((bounds[:, 0] == bounds[:, 1]).all())))
 
 
-def _decide_trend_bound(iv: Interval, bounds: np.ndarray, claim: Claim, res: float) -> tuple[str, str]:
-    """(verdict, measured) for a trend whose statistic is only bounded on some seeds: the bound on the paper's
-    side proves the trend ("holds (>= x)"), the other bound can disprove it; else inconclusive."""
+def _decide_trend_bound(iv: Interval, bounds: np.ndarray, claim: Claim,
+                        res: float) -> tuple[tuple[str, bool], bool, bool, str]:
+    """((kind, bounded), lo_open, hi_open, measured) for a trend whose statistic is only bounded on some seeds:
+    the bound on the paper's side proves the trend ("holds (>= x)"), the other bound can disprove it; else
+    inconclusive."""
     # (lo_open, hi_open) as ``decide`` takes them: the side that can prove the trend is the one left known
     proving = (False, True) if claim.sign > 0 else (True, False)
     fallback = None
@@ -300,12 +553,12 @@ def _decide_trend_bound(iv: Interval, bounds: np.ndarray, claim: Claim, res: flo
         if not np.isfinite(side).all():
             continue
         resolved = not abs(iv.low if hi_open else iv.high) < res
-        verdict = decide(iv, claim, lo_open, hi_open, resolved)
-        shown = _measured(iv, claim, lo_open, hi_open)
-        if verdict.startswith(("holds", "does not hold")):
-            return verdict, shown
-        fallback = fallback or (verdict, shown)
-    return fallback or ("inconclusive (censored points)", "n/a (censored points)")
+        decided = decide(iv, claim, lo_open, hi_open, resolved)
+        found = decided, lo_open, hi_open, _measured(iv, claim, lo_open, hi_open)
+        if decided[0] in ("holds", "does not hold"):
+            return found
+        fallback = fallback or found
+    return fallback or (("inconclusive", False), True, True, "n/a (censored points)")
 
 
 def _point_text(claim: Claim, p: pd.DataFrame) -> str:
@@ -345,10 +598,8 @@ def trend_statistic(values: np.ndarray, direction: str) -> float:
 
 
 def _fmt(claim: Claim, v: float, effect: bool = False) -> str:
-    """A number in the claim's terms: percent for reductions and fractions, x for ratios, units for times; a value
-    that rounds to zero has no sign ("0.0 pp", never "-0.0 pp")."""
-    text = _fmt_raw(claim, v, effect)
-    return text[1:] if text.startswith("-") and _rounds_to_zero(text) else text
+    """A number in the claim's terms (``number_text`` in the claim's ``_unit``)."""
+    return number_text(v, _unit(claim))
 
 
 def _rounds_to_zero(text: str) -> bool:
@@ -356,21 +607,21 @@ def _rounds_to_zero(text: str) -> bool:
     return "0" in text and not any(c in "123456789" for c in text)
 
 
-def _fmt_raw(claim: Claim, v: float, effect: bool = False) -> str:
-    if math.isinf(v):
-        return "∞" if v > 0 else "-∞"
+def _unit(claim: Claim) -> str:
+    """How a claim's numbers are written (``UNITS``): percent for reductions and fractions, x for ratios, units
+    for times and bytes."""
     kind = claim.effect if claim.kind == "trend" else claim.kind
     if kind == "reduction":
-        return f"{v:.0%}"
+        return "%"
     if kind == "ratio":
-        return f"{v:.2f}x"
+        return "x"
     if claim.metric == "time_to_target":
-        return f"{v:.0f} s"
+        return "s"
     if claim.metric == "bytes_to_target":
-        return f"{v / 1e6:.1f} MB"
+        return "MB"
     if claim.metric.endswith(("fraction", "accuracy")):  # a difference of two shares is in percentage points
-        return f"{v * 100:.1f} pp" if kind == "difference" else f"{v:.0%}"
-    return f"{v:.4g}"
+        return "pp" if kind == "difference" else "%"
+    return ""
 
 
 def _flip(claim: Claim) -> bool:
@@ -379,12 +630,14 @@ def _flip(claim: Claim) -> bool:
     return claim.kind in ("reduction", "difference") and claim.sign < 0
 
 
+def _shown(claim: Claim, v: float) -> float:
+    """``v`` as the claim shows it: negated for a change against the baseline (``_flip``)."""
+    return -v if _flip(claim) else v
+
+
 def _show(claim: Claim, v: float) -> str:
     """``v`` as the claim shows it: a change against the baseline carries its sign."""
-    if not _flip(claim):
-        return _fmt(claim, v)
-    text = _fmt(claim, -v)
-    return ("+" if -v > 0 and not _rounds_to_zero(text) else "") + text
+    return number_text(_shown(claim, v), _unit(claim), _flip(claim))
 
 
 def _bound_op(claim: Claim, lower_bound: bool) -> str:

@@ -1,7 +1,8 @@
 """Rendering a reproduction from its finished runs: the comparison tables (``compare*.csv``, ``compare.md``), the
-figures of each figure group, the claims' verdicts and ``REPORT.md``. It reads the run directories only
-(``edgeml.analysis``), so the same runs render the same report wherever the folder lies; only the date in
-"How this was produced" is the day it renders (``today``).
+figures of each figure group, the claims' verdicts (read by ``edgeml.analysis.readings``) and ``REPORT.md``. It
+reads the run directories only (``edgeml.analysis``), so the same runs render the same report wherever the folder
+lies; only the date in "How this was produced" is the day it renders (``today``). Layout only: what a claim
+reads is decided in ``edgeml.analysis``.
 """
 
 from __future__ import annotations
@@ -10,30 +11,32 @@ import math
 import re
 import shutil
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from rich.markup import escape
 from rich.table import Table
 
 import edgeml
-from edgeml.analysis.claims import Claim
 from edgeml.analysis import placeholders
-from edgeml.analysis.compare import Comparison, baseline_labels, choose_targets, claim_samples, compare
-from edgeml.analysis.convergence import RULE_NAMES, SMOOTH_WINDOW, Target, highest_reached
-from edgeml.analysis.figures import FigureFile, draw, plan_figures
+from edgeml.analysis.compare import Comparison, baseline_labels, choose_targets, compare
 from edgeml.analysis.ledger import claim_lines, ledger_lines
 from edgeml.analysis.tables import md_table
-from edgeml.analysis.claims import CAUSES, HEADLINE_SEEDS, REACHED
-from edgeml.analysis.verdicts import (HEADLINE_MARK, HOLDS_SHARE, NEEDS_DIAGNOSIS, Result, evaluate, paper_text,
-                                     verdict_kind)
+from edgeml.analysis.claims import CAUSES, HEADLINE_SEEDS
+from edgeml.analysis.readings import check_claims, diagnosis_cause, undiagnosed
+from edgeml.analysis.verdicts import (FAR, HEADLINE_MARK, HOLDS_SHARE, VERDICT_FIELDS, Result, owes_diagnosis,
+                                     verdict_row)
 from edgeml.errors import UserError
 import edgeml.reproduce.tuning as tuning
 from edgeml.reproduce.load import Experiment
 from edgeml.reproduce.plan import PlannedRun
 from edgeml.rundir import CLASS_ACCURACY, Run, eval_column, flat_config, fmt_value, load_runs, warn
+
+if TYPE_CHECKING:  # the figures (matplotlib, seaborn: seconds to import) load only when a report draws them
+    from edgeml.analysis.figures import FigureFile
 
 VERDICT_NOTE = (f"Each claim is decided on the mean over seeds with a 95% bootstrap interval (pairs by seed for "
                 f"comparisons; n = seeds), and each effect is said in words beside its number. "
@@ -48,6 +51,8 @@ VERDICT_NOTE = (f"Each claim is decided on the mean over seeds with a 95% bootst
                 f"needs {HEADLINE_SEEDS} (\"inconclusive (3 of {HEADLINE_SEEDS} seeds)\", with what those seeds read); "
                 f"*not resolved*: a time difference smaller than one evaluation interval (the resolution column), "
                 f"unless the paper's figure lies beyond it by more than that interval (then *does not hold*). "
+                f"A claim that does not read holds carries a diagnosis, a *stronger* one once its interval lies "
+                f"beyond {FAR:g}x the paper's figure (or below 1/{FAR:g} of it). "
                 f"Times to a target are taken where the metric *stays* at or beyond it for the rest of the run "
                 f"(edgeml/analysis/convergence.py), unless a claim names another rule; where the first reach of the "
                 f"target tells a different story (by more than one evaluation interval), it is shown beside.")
@@ -99,24 +104,25 @@ def render(report: Report) -> Report:
 VERDICTS = "verdicts.csv"
 """Every claim's result, one row each, beside REPORT.md: what the scoreboard (``edgeml.reproduce.summary``)
 is rendered from."""
-VERDICT_COLUMNS = ["claim", "headline", "at", "paper", "words", "measured", "n", "verdict", "provisional",
-                   "cause", "section"]
+VERDICT_COLUMNS = ["claim", "headline", "at", "paper", "words", "measured", *VERDICT_FIELDS, "cause", "section"]
+"""The claim's text, then its verdict's typed fields (``edgeml.analysis.verdicts.verdict_row``; ``verdict`` is
+its kind), then its diagnosis's cause and the report's section."""
 
 
 def write_verdicts(report: Report) -> Path:
-    """``verdicts.csv``: each result of REPORT.md's verdicts table, with its claim's diagnosis cause."""
+    """``verdicts.csv``: each result of REPORT.md's verdicts table, its verdict as data, with its claim's
+    diagnosis cause."""
     import csv
 
-    causes = {c.text: c.diagnosis.cause if c.diagnosis else "" for c in report.exp.claims}
+    claims = {c.text: c for c in report.exp.claims}
     titles = {g: report.exp.figures[g].title if g in report.exp.figures else "Figures" for g in report.figures}
     path = report.out / VERDICTS
     with path.open("w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(VERDICT_COLUMNS)
         for x in report.results:
-            owes = verdict_kind(x.verdict) in NEEDS_DIAGNOSIS
-            w.writerow([x.claim, int(x.headline), claim_at(x), x.paper, x.words, x.measured, x.n, x.verdict,
-                        x.provisional, causes.get(x.claim, "") or ("not yet diagnosed" if owes else ""),
+            w.writerow([x.claim, int(x.headline), x.where, x.paper, x.words, x.measured,
+                        *verdict_row(x.decision).values(), diagnosis_cause(claims.get(x.claim), x),
                         titles.get(x.figure or "", "")])
     return path
 
@@ -135,6 +141,8 @@ def draw_figures(exp: Experiment, out: Path, done: list[PlannedRun], runs: list[
                  processes: int = 1, pdf: bool = False) -> dict[str, list[FigureFile]]:
     """Each figure group's figures in ``figures/<group>/`` (PNG; and PDF: ``pdf``), groups in the file's order;
     every group's figures drawn side by side in ``processes`` processes (``edgeml.analysis.figures.draw``)."""
+    from edgeml.analysis.figures import draw, plan_figures
+
     pending = {}
     for gid in dict.fromkeys(g for p in done for g in p.figures):
         names = {p.name for p in done if gid in p.figures}
@@ -151,151 +159,17 @@ def draw_figures(exp: Experiment, out: Path, done: list[PlannedRun], runs: list[
 # ------------------------------------------------------------------------------------------ claims
 
 
-def claim_targets(exp: Experiment, claim: Claim, cmp: Comparison, runs: list[Run]) -> list[Target]:
-    """The targets ``claim`` is decided at: its own, else the headline target; ``REACHED`` becomes the highest
-    level every run of the claim's sides reaches (``highest_reached``; none while no run has finished, and
-    left out where it equals another of the claim's targets; NaN, reported as not measured, where no level
-    above the runs' start is reached by all)."""
-    if not claim.on_target:
-        return []
-    headline = (exp.targets or cmp.targets)[0]
-    rule = claim.rule or headline.rule
-    if rule == "stopping":
-        return [Target("loss", rule="stopping")]
-    values = claim.targets or ([headline.value] if headline.rule != "stopping" else [])
-    if not values:
-        raise UserError(f"{exp.source.name}: claim {claim.text!r} needs targets: the experiment's rule is the "
-                        "stopping rule, which has none")
-    targets = []
-    for v in values:
-        t = Target(headline.metric, 0.0 if v == REACHED else v, rule, window=claim.window or SMOOTH_WINDOW)
-        if v == REACHED:
-            level = highest_reached(claim_runs(claim, runs), t)
-            if level is None or level in values:
-                continue
-            t = replace(t, value=level, note=REACHED_NOTE if not math.isnan(level) else NO_LEVEL_NOTE)
-        targets.append(t)
-    return targets
-
-
-REACHED_NOTE = "the highest every run reaches"
-"""How a claim's result names a ``REACHED`` target beside its value."""
-NO_LEVEL_NOTE = "the highest every run reaches: none above where the runs start"
-"""A ``REACHED`` target with no level above some run's first evaluation (``highest_reached`` NaN)."""
-
-
-def _no_level(claim: Claim, target: Target, names: dict[str, str], figure: str) -> Result:
-    """A claim's result at a ``REACHED`` target that has no level: not measured, and why."""
-    better = "above" if target.metric == "accuracy" else "below"
-    return Result(claim.text, f"{target.metric} ({NO_LEVEL_NOTE})", paper_text(claim, names), "n/a", 0, "-",
-                  f"not measured: no {target.metric} {better} where the runs start is reached by every run "
-                  f"({RULE_NAMES[target.rule]}; a run that diverged ends below its start)", figure=figure,
-                  headline=claim.headline)
-
-
-def claim_runs(claim: Claim, runs: list[Run]) -> list[Run]:
-    """The runs a claim reads: its run's and its baseline's (a swept run's every point), on its seeds."""
-    sides = {claim.run, claim.baseline} - {None}
-    return [r for r in runs if (r.label in sides or r.spec in sides or any(
-            r.label.startswith(s + "[") for s in sides if "[" not in s)) and
-            (claim.seeds is None or r.seed in claim.seeds)]
-
-
-OTHER_RULE = {"stays": "first", "first": "stays", "smoothed": "stays"}
-"""The arrival rule a time to a target is also read by, beside the one its claim is decided on."""
-
-
-def check_claims(exp: Experiment, runs: list[Run], cmp: Comparison, planned: list[PlannedRun]) -> list[Result]:
-    """Every claim at each of its targets, on the samples of the runs that finished; each result names the
-    figure group it is reported in. A claim on a target is also read by the other arrival rule
-    (``OTHER_RULE``: first reach beside stays), reported where the two disagree by more than one evaluation
-    interval on some run (``_other_rule``); a claim's diagnosis's ablations are decided as the claim with each
-    in place of its run (and baseline: ``Diagnosis.pairs``)."""
-    targets = {c: claim_targets(exp, c, cmp, runs) for c in exp.claims}
-    measurable = [t for ts in targets.values() for t in ts if not math.isnan(t.value)]
-    others = {t: replace(t, rule=OTHER_RULE[t.rule]) for t in measurable if t.rule in OTHER_RULE}
-    samples = claim_samples(runs, cmp.per_run, [c.metric for c in exp.claims],
-                            list(dict.fromkeys(measurable + list(others.values()))))
-    names = exp.run_names()
-    results = []
-    for c in exp.claims:
-        ablations = [(a, replace(c, run=run, baseline=base or c.baseline, diagnosis=None, headline=False))
-                     for a, (run, base) in zip(c.diagnosis.ablations, c.diagnosis.pairs)] if c.diagnosis else []
-        for t in targets[c] or [None]:
-            if t is not None and math.isnan(t.value):
-                results.append(_no_level(c, t, names, claim_figure(c, planned)))
-                continue
-            key = t.key if t else ""
-            # read once per claim and target: a swept claim's points each pick theirs
-            by_other = evaluate(c, samples, others[t].key, names=names) if t in others else []
-            by_ablation = [(name, x) for name, a in ablations for x in evaluate(a, samples, key, names=names)]
-            for r in evaluate(c, samples, key, names=names):
-                other = _other_rule(c, r, samples, t, others.get(t), by_other) if t else ""
-                abl = tuple((run, x.words or x.measured, x.verdict) for run, x in by_ablation
-                            if not r.at or x.at in ("", r.at))
-                named = f"{r.target} ({t.note})" if t is not None and t.note else r.target
-                results.append(replace(r, target=named, figure=claim_figure(c, planned), other_rule=other,
-                                       ablations=abl))
-    return results
-
-
-def _other_rule(claim: Claim, result: Result, samples, target: Target, other: Target | None,
-                by_other: list[Result]) -> str:
-    """What ``claim`` reads by the other arrival rule (``by_other``: its results by that rule), where some run it
-    compares (at the result's sweep point) reaches the target more than one evaluation interval apart by the two
-    rules, or by one rule only; else ""."""
-    if other is None or result.n == 0:
-        return ""
-    names = {claim.run, claim.baseline} - {None}
-    s = samples[(samples["metric"] == claim.metric) & (samples["run"].isin(names) | samples["spec"].isin(names))]
-    if result.at:
-        s = s[s["point"] == result.at]
-    cols = ["run", "seed", "lo", "hi", "resolution"]
-    both = s.loc[s["target"] == target.key, cols].merge(s.loc[s["target"] == other.key, cols], on=["run", "seed"],
-                                                        suffixes=("", "_o"))
-    censored = np.isinf(both["hi"]) != np.isinf(both["hi_o"])
-    apart = (both["lo"] - both["lo_o"]).abs() > both["resolution"]
-    if both.empty or not (censored | apart).any():
-        return ""
-    found = [x for x in by_other if x.at == result.at]
-    if not found:
-        return ""
-    o = found[0]
-    return f"by {RULE_NAMES[other.rule]}: {o.words or o.measured} ({o.measured}; {o.verdict})"
-
-
-def claim_figure(claim: Claim, planned: list[PlannedRun]) -> str:
-    """The figure group a claim is reported in: its own ``figure``, else its run's first group."""
-    if claim.figure is not None:
-        return claim.figure
-    for p in planned:
-        if p.name == claim.run or p.spec == claim.run:
-            return p.figures[0]
-    return ""
-
-
 def claims_table(exp: Experiment, quick: bool, results: list[Result]) -> Table:
     """The verdicts for the terminal."""
     table = Table(title=f"{exp.paper}: claims ({'quick' if quick else 'full'} reproduction)")
     for h in ("claim", "at", "n", "measured [95% CI]", "verdict"):
         table.add_column(h, overflow="fold")
     for r in results:
-        style = {"holds": "green", "weaker": "yellow", "stronger": "yellow"}.get(r.verdict.split(" (")[0], "red")
+        style = {"holds": "green", "weaker": "yellow", "stronger": "yellow"}.get(r.kind, "red")
         measured = f"{r.words}\n{r.measured}" if r.words else r.measured
-        table.add_row(escape(r.claim), escape(claim_at(r)), str(r.n), escape(measured),
+        table.add_row(escape(r.claim), escape(r.where), str(r.n), escape(measured),
                       f"[{style}]{escape(r.verdict)}[/]")
     return table
-
-
-def undiagnosed(exp: Experiment, results: list[Result]) -> list[Result]:
-    """The results that need a diagnosis and whose claim has none."""
-    diagnosed = {c.text for c in exp.claims if c.diagnosis}
-    return [r for r in results if verdict_kind(r.verdict) in NEEDS_DIAGNOSIS and r.claim not in diagnosed]
-
-
-def claim_at(r: Result) -> str:
-    """Where a result was measured: the sweep point and the target ("cluster.hetero=H=1.6; loss<=0.9")."""
-    return "; ".join(filter(None, (r.at, r.target))) or "-"
 
 
 # ------------------------------------------------------------------------------------------ REPORT.md
@@ -359,7 +233,7 @@ def _verdicts(r: Report) -> list[str]:
     if not r.results:
         return ["## Verdicts", "", "(the experiment file lists no claims)", ""]
     sections = {g: r.exp.figures[g].title if g else "Figures" for g in r.figures}
-    rows = [[(HEADLINE_MARK if x.headline else "") + x.claim, claim_at(x), x.words or x.measured,
+    rows = [[(HEADLINE_MARK if x.headline else "") + x.claim, x.where, x.words or x.measured,
              f"**{x.verdict}**", _link(sections.get(x.figure or "", "Figures"))] for x in r.results]
     return ["## Verdicts", "", *_counts(r), md_table(["claim", "at", "ours", "verdict", "section"], rows), "",
             VERDICT_NOTE, ""]
@@ -367,10 +241,8 @@ def _verdicts(r: Report) -> list[str]:
 
 def _counts(r: Report) -> list[str]:
     """The line at the top of a report: how many results read each verdict, and how many await a diagnosis."""
-    counts: dict[str, int] = {}
-    for x in r.results:
-        counts[verdict_kind(x.verdict)] = counts.get(verdict_kind(x.verdict), 0) + 1
-    waiting = len(undiagnosed(r.exp, r.results))
+    counts = Counter(x.kind for x in r.results)
+    waiting = len(undiagnosed(r.exp.claims, r.results))
     headline = sum(x.headline for x in r.results)
     return [f"**{len(r.results)} results** ({headline} on headline claims): "
             + ", ".join(f"{n} {k}" for k, n in counts.items()) + f"; **{waiting} not yet diagnosed**.", ""]
@@ -502,7 +374,7 @@ def _claims_table(results: list[Result]) -> str:
     for r in results:
         verdict = f"**{r.verdict}**" + (f": reads {r.provisional} on these" if r.provisional else "")
         rows.append(["" if r.claim == last else (HEADLINE_MARK if r.headline else "") + r.claim, r.paper,
-                     claim_at(r), str(r.n), r.words or "-", r.measured, r.resolution, verdict])
+                     r.where, str(r.n), r.words or "-", r.measured, r.resolution, verdict])
         last = r.claim
     return md_table(["the paper says", "paper", "at", "n", "ours, in words", "measured [95% CI]", "resolution",
                      "verdict"], rows)
@@ -514,9 +386,9 @@ def _notes(exp: Experiment, results: list[Result]) -> list[str]:
     lines = []
     for r in results:
         if r.other_rule:
-            lines.append(f"- *{r.claim}* ({claim_at(r)}), {r.other_rule}.")
+            lines.append(f"- *{r.claim}* ({r.where}), {r.other_rule}.")
     claims = {c.text: c for c in exp.claims}
-    owing = list(dict.fromkeys(r.claim for r in results if verdict_kind(r.verdict) in NEEDS_DIAGNOSIS))
+    owing = list(dict.fromkeys(r.claim for r in results if owes_diagnosis(r.decision)))
     for text in owing:
         d = claims[text].diagnosis if text in claims else None
         if d is None:
@@ -532,10 +404,11 @@ def _ablation_lines(results: list[Result]) -> list[str]:
     and target); where an ablation reads differently at the claim's points or targets, each line says where."""
     where: dict[tuple, list[str]] = {}
     for r in results:
-        for a in r.ablations:
+        for run, measured, verdict in r.ablations:
+            a = (run, measured, str(verdict))  # a reading is its words (a verdict's NaNs never compare equal)
             where.setdefault(a, [])
-            if claim_at(r) not in where[a]:
-                where[a].append(claim_at(r))
+            if r.where not in where[a]:
+                where[a].append(r.where)
     readings = Counter(run for run, _, _ in where)
     order = list(readings)  # each ablation's readings together, in the order the ablations first read
     lines = []
