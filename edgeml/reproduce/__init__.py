@@ -140,8 +140,8 @@ from edgeml.errors import RunFailed, UserError
 # draw (render, check: matplotlib) load when a reproduction renders, so that a run's worker process, which
 # imports this package for its runs, imports none of them
 from edgeml.reproduce import cluster as cluster_mod
-# (validate registers the loader's check of every experiment it reads)
-from edgeml.reproduce import cost, execute, load, parallel, plan, validate  # noqa: F401
+# (departures and validate register the loader's checks of every experiment it reads)
+from edgeml.reproduce import cost, departures, execute, load, parallel, plan, validate  # noqa: F401
 
 
 DEFAULT_OUT = Path("runs") / "reproduce"
