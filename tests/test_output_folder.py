@@ -206,6 +206,21 @@ def test_a_run_directory_outside_its_folder_is_never_deleted(tmp_path, toy):
     assert (victim / "precious").is_file()
 
 
+def test_a_run_may_be_made_in_the_folder_its_caller_names_and_only_there(tmp_path, toy):
+    """On a cluster a run is made in its node's temporary folder (``root``), outside the output's runs/: it runs
+    there, and a path outside that folder is still refused."""
+    work = execute.plan_work(plan.plan(load.load_experiment(toy), True), set(), tmp_path / "out", True, False)[0]
+    node = tmp_path / "node-tmp"
+    node.mkdir()
+    assert execute.run_one("toy", work, node / work.run.dirname, True, root=node) is None
+    assert (node / work.run.dirname / "summary.json").is_file()
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    with pytest.raises(UserError, match="outside"):
+        execute.run_one("toy", work, victim, True, root=node)
+    assert victim.is_dir()
+
+
 def test_a_run_name_cannot_leave_run_out(tmp_path):
     from edgeml.config import build_config
     from edgeml.runner import run_dir_for

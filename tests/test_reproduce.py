@@ -270,9 +270,11 @@ def test_finished_runs_are_never_deleted_without_force(tmp_path, toy):
     assert kept.stat().st_mtime_ns == before
     # --resume keeps what is finished with the same configuration and runs the rest
     (unpack(runs / "bsp_cluster.hetero=1_3-s0") / "summary.json").unlink()   # as if stopped during this run
-    result = CliRunner().invoke(cli.app, [*args, "--resume"])
+    (unpack(runs / "bsp_cluster.hetero=H=1-s0") / rundir.EXPERIMENT).unlink()  # as if stopped before its tag
+    result = CliRunner().invoke(cli.app, [*args, "--resume"])                # neither needs --force
     assert result.exit_code == 0, result.output
-    assert "ssp-tight seed 0 (kept)" in result.output and result.output.count("(kept)") == 2
+    assert "ssp-tight seed 0 (kept)" in result.output and result.output.count("(kept)") == 1
+    assert rundir.read_file(runs / "bsp_cluster.hetero=H=1-s0", rundir.EXPERIMENT) is not None
     assert kept.stat().st_mtime_ns == before
     assert "bsp_cluster.hetero=1_3-s0" in finished_runs(out)
     # a finished run whose configuration changed would be replaced: that too needs --force

@@ -105,6 +105,13 @@ def finished(path: Path, cfg, quick: bool) -> bool:
     return same and tag.get("quick") == quick and done.get("status") in rundir.FINISHED
 
 
+def tagged(path: Path) -> bool:
+    """Whether ``path`` holds a run a reproduction finished and tagged (``run_one``): one that ``--force`` alone
+    may delete. A run cut short before its tag (its driver killed meanwhile) is no finished run of a
+    reproduction: it runs again without asking."""
+    return rundir.finished_status(path) in rundir.FINISHED and rundir.read_file(path, rundir.EXPERIMENT) is not None
+
+
 def plan_work(planned: list[PlannedRun], selected: set[str], out: Path, quick: bool, resume: bool) -> list[Work]:
     """Each planned run with its config and whether it runs now: a selected run runs unless ``resume`` keeps it
     finished; a run ``--only`` does not select never runs."""
@@ -118,8 +125,7 @@ def plan_work(planned: list[PlannedRun], selected: set[str], out: Path, quick: b
         keeps = resume or p.dirname not in selected
         damaged = rundir.verify(path) if keeps and path.is_dir() else None
         kept = keeps and damaged is None and finished(path, cfg, quick)
-        outdated = p.dirname not in selected and not kept and not damaged and \
-            rundir.finished_status(path) in rundir.FINISHED
+        outdated = p.dirname not in selected and not kept and not damaged and tagged(path)
         work.append(Work(p, cfg, (p.dirname in selected or damaged is not None) and not kept, outdated, damaged))
     checked = set()
     for w in work:  # every data set a starting run reads is there (or downloadable) before any run starts
@@ -138,8 +144,7 @@ def prepare_out(exp: Experiment, out: Path, work: list[Work], force: bool, conso
     create ``out`` with the experiment file, and name run directories that are no run of this experiment."""
     if out.exists() and not (out / "experiment.toml").exists() and {p.name for p in out.iterdir()} - {"quick", LOCK}:
         raise UserError(f"{out} exists and was not written by edgeml reproduce: choose a new or empty --out")
-    doomed = [w.run.dirname for w in work if w.runs_now and not w.damaged
-              and rundir.finished_status(out / "runs" / w.run.dirname) in rundir.FINISHED]
+    doomed = [w.run.dirname for w in work if w.runs_now and not w.damaged and tagged(out / "runs" / w.run.dirname)]
     if doomed and not force:
         raise UserError(f"{out / 'runs'} holds {len(doomed)} finished run(s) that this would delete and run again "
                         f"({', '.join(doomed[:3])}{', ...' if len(doomed) > 3 else ''}): add --resume to keep those "
@@ -304,14 +309,16 @@ def _starting(progress: Progress, head: str, w: Work) -> None:
         _say(progress, f"{head}: running {w.run.algorithm} ({w.cfg.run.backend})")
 
 
-def run_one(paper: str, w: Work, path: Path, quick: bool) -> str | None:
+def run_one(paper: str, w: Work, path: Path, quick: bool, root: Path | None = None) -> str | None:
     """Run one planned run afresh and tag its directory; returns why it failed when it raised (None when it
     returned: ``_record`` then reads its status). Runs in the driver (``--jobs 1``), in a run's own child
-    process (``edgeml.reproduce.parallel``) or in a Ray task on a cluster's node (``edgeml.reproduce.cluster``)."""
+    process (``edgeml.reproduce.parallel``) or in a Ray task on a cluster's node (``edgeml.reproduce.cluster``).
+    ``path`` must lie inside ``root`` (default: the run's ``run.out``), or nothing is run or deleted."""
     from edgeml import runner
 
     p = w.run
-    inside(Path(w.cfg.run.out), path, f"run {p.name!r}: its directory")  # before anything is deleted there
+    inside(root or Path(w.cfg.run.out), path, f"run {p.name!r}: its directory")  # before anything is deleted
+    # there: the folder the run is made in (the output's runs/; on a cluster, the node's temporary folder)
     shutil.rmtree(path, ignore_errors=True)
     reason = None
     try:
