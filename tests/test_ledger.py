@@ -242,9 +242,6 @@ def test_no_line_of_experiments_is_over_160_characters():
     assert not long, f"lines over 160 characters: {', '.join(long[:5])}"
 
 
-@pytest.mark.xfail(strict=True, reason="the run matrices and claims (ledgers aside) are at about 4,200 lines: the "
-                                        "diagnoses' reasoning and the notes are kept whole, so a third off needs "
-                                        "their prose shortened")
 def test_experiments_are_a_third_shorter_than_the_single_files_were():
     # the ledgers are new (the departures tables): the budget is the matrix, the claims and the notes
     total = sum(len(lines) for p, lines in _lines().items() if p.name != "ledger.toml")
