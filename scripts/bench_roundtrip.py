@@ -14,14 +14,24 @@ real run: then the server's core has gone idle and every wake-up pays the host's
   c_wake     from there to the worker's main thread holding it
 
 Usage: python scripts/bench_roundtrip.py [--busy-ms 0 5] [--trips 300]
+
+``--against TREE`` compares this checkout with another one (e.g. ``git worktree add /tmp/base HEAD``): the two
+run in turn, ``--rounds`` times each in the order ABBA, each in a fresh interpreter importing its own edgeml, and
+the result (median round trip of each, their ratio as throughput, the host's load) goes to
+``results/benchmarks/transport_auth.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
+import os
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -114,11 +124,96 @@ def codec_us(repeats: int = 1000) -> tuple[float, float]:
     return (t1 - t0) / repeats * 1e6, (time.perf_counter() - t1) / repeats * 1e6
 
 
+_ONE = """
+import json, sys, timeit
+sys.path.insert(0, "scripts")
+import torch
+import bench_roundtrip as b
+import resource
+def measured(busy):  # the legs, and the CPU time of the server and the worker processes per round trip (ms)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    legs = b.measure(busy, TRIPS)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / TRIPS * 1e3
+    return legs + [cpu - busy]  # less the busy loop
+out = {"edgeml": b.T.__file__, "legs": [measured(busy) for busy in BUSY]}
+torch.set_num_threads(1)
+u = torch.randn(b.PARAMS)
+meta = {"nbytes": 4 * b.PARAMS, "sent_at": 0.0, "arrive_at": 0.0}
+buf = b.encode("push", {"u": u}, meta)
+best = lambda f: min(timeit.repeat(f, number=200, repeat=7)) / 200 * 1e6
+out["codec"] = [best(lambda: b.encode("push", {"u": u}, meta, framed=True)), best(lambda: b.decode(buf))]
+print(json.dumps(out))
+"""
+
+
+def _one(tree: Path, busy: list[float], trips: int) -> dict:
+    """One measurement of the checkout ``tree``, in an interpreter of its own that imports that checkout's edgeml
+    and ``scripts/bench_roundtrip.py``: its ``measure`` for each ``busy`` (the legs and the round trip, medians
+    in ms), and the best time to encode and to decode one update (us, one thread)."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    code = _ONE.replace("TRIPS", str(trips)).replace("BUSY", repr(busy))
+    out = subprocess.run([sys.executable, "-c", code], cwd=tree, env=env, capture_output=True, text=True,
+                         check=True).stdout
+    got = json.loads(out.strip().splitlines()[-1])
+    assert Path(got["edgeml"]).resolve().is_relative_to(tree.resolve()), got["edgeml"]
+    return got
+
+
+def compare(against: Path, busy: list[float], trips: int, rounds: int) -> None:
+    """This checkout (new) against ``against`` (base), interleaved ABBA; ratios are new/base throughput (base
+    round trip / new round trip)."""
+    here = Path(__file__).resolve().parents[1]
+    runs: dict[str, list[dict]] = {"new": [], "base": []}
+    loads = [os.getloadavg()[0]]
+    for r in range(rounds):
+        for name in (("new", "base") if r % 2 == 0 else ("base", "new")):
+            runs[name].append(_one(here if name == "new" else against, busy, trips))
+            loads.append(os.getloadavg()[0])
+    lines = [f"This checkout (new) against `{against}` (base): {rounds} measurements each, interleaved ABBA, each in a "
+             f"fresh interpreter importing its own edgeml and running its own `measure` ({trips} round trips of "
+             f"{PARAMS:,} float32 parameters each way, the first sixth discarded). Host: {os.cpu_count()} CPUs, "
+             f"1-minute load average {min(loads):.1f}-{max(loads):.1f} (median {statistics.median(loads):.1f}) "
+             f"while measuring.", "",
+             "| busy ms before each push | base round trip (ms, median of the measurements' medians) | new (ms) | "
+             "new/base throughput | paired new/base, median (quartiles) | CPU ms per round trip, base / new | "
+             "legs base | legs new |", "|---|---|---|---|---|---|---|---|"]
+    for i, b in enumerate(busy):
+        rt = {k: [x["legs"][i][len(LEGS)] for x in v] for k, v in runs.items()}
+        cpu = {k: statistics.median(x["legs"][i][-1] for x in v) for k, v in runs.items()}
+        base, new = statistics.median(rt["base"]), statistics.median(rt["new"])
+        paired = sorted(o / n for o, n in zip(rt["base"], rt["new"]))
+        legs = {k: " / ".join(f"{statistics.median(x['legs'][i][j] for x in v):.3f}" for j in range(len(LEGS)))
+                for k, v in runs.items()}
+        lines.append(f"| {b:g} | {base:.3f} | {new:.3f} | {base / new:.3f} | {statistics.median(paired):.3f} "
+                     f"({_pct(paired, 0.25):.3f}-{_pct(paired, 0.75):.3f}) | {cpu['base']:.3f} / {cpu['new']:.3f} | "
+                     f"{legs['base']} | {legs['new']} |")
+    codec = {k: [statistics.median(x["codec"][j] for x in v) for j in (0, 1)] for k, v in runs.items()}
+    lines += ["", f"Legs: {' / '.join(LEGS)} (see the top of `scripts/bench_roundtrip.py`). CPU per round trip: "
+              f"user + system time of the server and worker processes over the measurement (start and end "
+              f"included, the busy loop taken off), divided by the round trips: unlike the round trip, hardly "
+              f"touched by the host's other load. Encoding one update "
+              f"(framed, one thread, best of 7 x 200 calls): {codec['base'][0]:.1f} us (base), "
+              f"{codec['new'][0]:.1f} us (new); decoding it: {codec['base'][1]:.1f} us, {codec['new'][1]:.1f} us "
+              f"(medians over the measurements)."]
+    record("transport_auth", lines)
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--busy-ms", type=float, nargs="+", default=[0.0, 5.0])
     ap.add_argument("--trips", type=int, default=300)
+    ap.add_argument("--against", type=Path, help="another checkout to compare with (see the module docstring)")
+    ap.add_argument("--rounds", type=int, default=6)
     args = ap.parse_args()
+    if args.against:
+        compare(args.against, args.busy_ms, args.trips, args.rounds)
+        sys.exit(0)
     lines = ["| busy ms before each push | " + " | ".join(LEGS) + " | round trip (median) |",
              "|---" * (len(LEGS) + 2) + "|"]
     for busy in args.busy_ms:

@@ -3,8 +3,9 @@
 Layout of a run: rank 0 is the *monitor* (evaluates snapshots of the exposed model, applies the stopping
 rules, writes the run directory, shows progress); ranks 1..N are the algorithm's nodes. Modules:
 
-- ``framing``: a message as one buffer on the wire;
-- ``transport``: point-to-point messages that a dead peer can neither block nor break;
+- ``framing``: a message as one buffer on the wire, its header plain data (never unpickled);
+- ``transport``: point-to-point messages that a dead peer can neither block nor break, between processes that
+  prove they know the run's secret;
 - ``node``: the runtime interface on the wall clock (throttled steps, link emulation, all_reduce over the
   transport) and a node process's life;
 - ``calibrate``: the emulated step time of the fastest device (throttling);

@@ -1,11 +1,12 @@
 """Start a procs run on this machine and supervise it: the monitor and the nodes as child processes.
 
-Every process gets its own listening socket, bound to 127.0.0.1 before it starts, and every rank's address,
-so no rendezvous service is needed and nothing listens beyond loopback. The launcher then watches: a node
-process that dies is reported to the monitor with its exit code (which fails the run), Ctrl-C or SIGTERM
-stops the run in order, and if the monitor itself dies the launcher records the end in ``meta.json``.
-Children are killed if the launcher dies (``PR_SET_PDEATHSIG``; the monitor is told instead and finishes the
-run directory), so nothing outlives a run.
+Every process gets its own listening socket, bound to 127.0.0.1 before it starts, every rank's address and the
+run's secret, drawn here at random (with its other arguments, over a pipe: not on a command line, not in the
+environment), so no rendezvous service is needed, nothing listens beyond loopback, and a process that does not
+know the secret is refused by every rank. The launcher then watches: a node process that dies is reported to the
+monitor with its exit code (which fails the run), Ctrl-C or SIGTERM stops the run in order, and if the monitor
+itself dies the launcher records the end in ``meta.json``. Children are killed if the launcher dies
+(``PR_SET_PDEATHSIG``; the monitor is told instead and finishes the run directory), so nothing outlives a run.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def run_local(job, programs: list, path: Path, progress, preload: tuple[str, ...
     showing ``progress()`` (a picklable factory of the progress display), every node importing ``preload``
     before the clock starts; returns (status, reason)."""
     world = len(programs) + 1
-    endpoints = loopback_endpoints(world)
+    endpoints = loopback_endpoints(world)  # with a fresh secret, shared by this run's processes only
     # a fork server imports torch and edgeml once, then forks each node from that clean state: starting N
     # processes costs one import instead of N (fork from this process is unsafe once threads exist)
     ctx = mp.get_context("forkserver")

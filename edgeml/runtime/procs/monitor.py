@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import os
-import pickle
 import signal
 import sys
 import threading
@@ -104,7 +103,7 @@ class RunMonitor:
     def handle(self, msg: Message) -> None:
         src = msg.src
         if msg.tag == CONTROL + "stats":
-            st = pickle.loads(bytes(msg["blob"].numpy()))
+            st = msg["stats"]  # plain data (see ProcsNode.send_stats)
             rep = self.reports[src]
             rep.counters = Counters(**st["counters"])
             rep.tags = {k: TagCounters(**v) for k, v in st["tags"].items()}
@@ -243,6 +242,21 @@ class RunMonitor:
                 self.reports[src].counters.messages_lost += n
                 self.reports[src].tags.setdefault(tag, TagCounters()).messages_lost += n
 
+    def refused(self) -> dict:
+        """Connections the ranks refused because they did not prove the run's secret: ``total``, ``by_rank``
+        (ranks that refused any) and ``why`` (by reason); ``malformed``: messages dropped as malformed."""
+        tr = self.transport
+        counts = {0: (tr.refused, dict(tr.refused_why), tr.malformed)}
+        counts.update({r: (st.get("refused", 0), st.get("refused_why", {}), st.get("malformed", 0))
+                       for r, st in self.stats.items()})
+        why: dict[str, int] = {}
+        for _, reasons, _ in counts.values():
+            for k, n in reasons.items():
+                why[k] = why.get(k, 0) + n
+        return {"total": sum(n for n, _, _ in counts.values()),
+                "by_rank": {str(r): n for r, (n, _, _) in sorted(counts.items()) if n}, "why": why,
+                "malformed": sum(m for _, _, m in counts.values())}
+
     def release(self) -> None:
         for r in self.lay.infos:
             self.transport.send(r, CONTROL + "exit", {}, {})
@@ -336,6 +350,12 @@ def monitor_main(endpoint: Endpoint, job, programs: list, path: str, progress, c
             status, reason, duration = run.run(control, launcher_gone)
         progress.__exit__(None, None, None)
         _mark_contention(job, run, writer, host)
+        refused = run.refused()
+        writer.write_meta(refused_connections=refused)
+        if refused["total"]:
+            n, ranks = refused["total"], ", ".join(f"rank {r}: {k}" for r, k in refused["by_rank"].items())
+            print(f"edgeml: {n} unauthenticated connection{'s' if n > 1 else ''} refused ({ranks}); see "
+                  f"refused_connections in meta.json", file=sys.stderr)
         reports = list(run.reports.values())
         writer.finish(*report_rows(reports, duration), run.series,
                       summarize(job, reports, monitor.rows, duration, status, reason), duration, status, reason)

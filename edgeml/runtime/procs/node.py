@@ -16,7 +16,6 @@ from __future__ import annotations
 import ctypes
 import importlib
 import os
-import pickle
 import signal
 import sys
 import time
@@ -85,13 +84,14 @@ class ProcsNode(Node):
         rows = self.series[self.sent_series:]
         self.sent_series = len(self.series)
         tr = self.transport
-        blob = pickle.dumps({
+        stats = {  # plain data: the frame's header carries it as such (never pickled)
             "counters": asdict(self.counters), "tags": {k: asdict(v) for k, v in self.tags.items()},
             "step_times": asdict(self.step_times),
             "series": rows, "crashed_at": self.crashed_at, "final": final, "time": self.now(),
             "blocked_since": self.blocked_since, "blocked_on": self.waiting_for(), "sent": tr.sent,
-            "arrived": tr.arrived, "lost": dict(tr.lost), "exposes": self.exposed is not None})
-        tr.send(0, CONTROL + "stats", {"blob": torch.frombuffer(bytearray(blob), dtype=torch.uint8)}, {})
+            "arrived": tr.arrived, "lost": dict(tr.lost), "exposes": self.exposed is not None,
+            "refused": tr.refused, "refused_why": dict(tr.refused_why), "malformed": tr.malformed}
+        tr.send(0, CONTROL + "stats", {"stats": stats}, {})
 
     def _wait(self, seconds: float, blocked: bool) -> None:
         """Wait on the transport (call under its condition) at most ``seconds``, waking for housekeeping and
@@ -296,15 +296,15 @@ def node_main(endpoint: Endpoint, job, programs: list, standalone: bool = True, 
         if node.exposed is not None and node.crashed_at is None:
             transport.send(0, CONTROL + "snapshot", {"params": node.exposed}, {"time": end, "tick": -1})
         node.send_stats(final=True)
-        reported = dict(transport.lost)
+        reported = (dict(transport.lost), transport.refused, transport.malformed)
         deadline = time.monotonic() + 30
         with transport.cond:  # until the monitor releases us, count what still arrives for us as lost
             while time.monotonic() < deadline and 0 not in transport.dead:
                 msg, _ = transport.take(0, CONTROL + "exit", float("inf"))
                 if msg is not None:
                     break
-                if transport.lost != reported:
-                    reported = dict(transport.lost)
+                if (transport.lost, transport.refused, transport.malformed) != reported:
+                    reported = (dict(transport.lost), transport.refused, transport.malformed)
                     node.send_stats(final=True)
                 transport.inbox.clear()
                 transport.cond.wait(0.5)
