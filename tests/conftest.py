@@ -68,10 +68,12 @@ def no_drawing(monkeypatch):
 
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``matrix`` run only when ``-m`` names the marker (``-m matrix``): the default run keeps one
-    representative of each such matrix, CI runs the rest."""
-    if "matrix" in (config.option.markexpr or ""):
-        return
-    kept = [item for item in items if item.get_closest_marker("matrix") is None]
-    if len(kept) < len(items):
-        config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("matrix")])
-        items[:] = kept
+    representative of each such matrix, CI runs the rest. Tests marked ``snap_large`` (SNAP's weights on graphs
+    of 80 and 100 servers, minutes each) run only when ``-m`` names them."""
+    for marker in ("matrix", "snap_large"):
+        if marker in (config.option.markexpr or ""):
+            continue
+        kept = [item for item in items if item.get_closest_marker(marker) is None]
+        if len(kept) < len(items):
+            config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker(marker)])
+            items[:] = kept

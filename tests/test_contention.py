@@ -120,8 +120,12 @@ def test_plot_tables_carry_the_mark(two_runs):
 
 
 def procs_run(out: Path, base_step_s: float, seconds: float = 4.0) -> tuple[dict, str]:
+    # LeNet-5 on batches of 256: a step computes for milliseconds, well above the scheduler's granularity, so that
+    # CPU hogs stretch the computation itself rather than only the waits around it
     p = subprocess.run([sys.executable, "-m", "edgeml", "run", "bsp", "--workers", "2", "--max-time", str(seconds),
-                        "--set", f"cluster.base_step_s={base_step_s}", "--out", str(out), "--quiet"],
+                        "--set", f"cluster.base_step_s={base_step_s}", "--model", "lenet5", "--batch-size", "256",
+                        "--out", str(out),
+                        "--quiet"],
                        capture_output=True, text=True, timeout=600,
                        env={**os.environ, "PYTHONPATH": pythonpath(ROOT)})
     assert p.returncode == 0, p.stderr[-3000:]
@@ -131,10 +135,10 @@ def procs_run(out: Path, base_step_s: float, seconds: float = 4.0) -> tuple[dict
 
 @pytest.mark.slow
 def test_a_procs_run_beside_cpu_hogs_is_marked_and_a_throttle_dominated_one_is_not(tmp_path):
-    # Quiet: steps throttled to 50 ms, far above a digits MLP step (about a millisecond), so that even a host
-    # busy with other work leaves the realised steps on their target.
-    quiet, said = procs_run(tmp_path / "quiet", 0.05)
-    assert quiet["contention"]["applies"] and not quiet["oversubscribed"], quiet["contention"]
+    # Quiet: steps throttled to 200 ms, far above a LeNet-5 step of 256 digits (a few milliseconds), so that
+    # even a host busy with other work leaves the realised steps on their target.
+    quiet, said = procs_run(tmp_path / "quiet", 0.2)
+    assert quiet["contention"]["applies"] and not quiet["oversubscribed"], json.dumps(quiet["contention"])
     assert "host contention" not in said
     # Hogged: targets at the computation's own time measured in that run (its least contended worker's), and two
     # busy loops per core beside it: the computation stretches past the target, which throttling cannot hide.
@@ -148,6 +152,6 @@ def test_a_procs_run_beside_cpu_hogs_is_marked_and_a_throttle_dominated_one_is_n
             h.kill()
             h.wait()
     record = hogged["contention"]
-    assert hogged["oversubscribed"] and record["marked"] and record["worst_ratio"] > 1 + MARGIN, record
+    assert hogged["oversubscribed"] and record["marked"] and record["worst_ratio"] > 1 + MARGIN, json.dumps(record)
     assert record["host"]["samples"] > 0 and "load1_mean" in record["host"]
     assert "host contention distorted this run" in said and "--backend sim" in said

@@ -227,9 +227,9 @@ def run_cluster(items: list[tuple[int, PlannedRun, object]], jobs: int | None, r
     """Run ``items`` (index, planned run, config) as Ray tasks in a ``session``, at most ``jobs`` CPUs reserved at
     once (None: all the cluster's), and unpack each run directory at ``path_for(index)`` as it ends.
 
-    ``run_one(path=..., root=..., **kwargs_for(index))`` runs on a node and returns the failure reason (None when the run
-    finished); the callbacks are ``run_parallel``'s: ``on_start(index)``, ``on_end(index, reason)`` (reason: also
-    when the task was lost), ``on_tick(running)`` about once a second."""
+    ``run_one(path=..., root=..., **kwargs_for(index))`` runs on a node and returns the failure reason (None when
+    the run finished); the callbacks are ``run_parallel``'s: ``on_start(index)``, ``on_end(index, reason)``
+    (reason: also when the task was lost), ``on_tick(running)`` about once a second."""
     import ray
 
     task = ray.remote(_task)
@@ -290,8 +290,9 @@ class _Capacity:
 
 
 def _task(run_one: Callable[..., str | None], kwargs: dict, name: str) -> tuple[str | None, str, bytes | None]:
-    """On a node: run into a fresh temporary folder (``run_one`` is told it is the run's folder); return the failure reason, the folder the run ran in (the
-    driver puts its final path in its place) and the run directory as tar.gz bytes (None: none was made)."""
+    """On a node: run into a fresh temporary folder (``run_one`` is told it is the run's folder); return the
+    failure reason, the folder the run ran in (the driver puts its final path in its place) and the run directory
+    as tar.gz bytes (None: none was made)."""
     _clear_dead_folders()
     with tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp:
         path = Path(tmp) / name
