@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from edgeml.config import load_config
-from edgeml.runner import run
-
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # a script runs from a checkout, installed or not
+    sys.path.insert(0, str(ROOT))
+
+from edgeml.config import load_config  # noqa: E402
+from edgeml.runner import run  # noqa: E402
 
 
 def run_config(out: Path, *overrides: str) -> tuple[Path, pd.DataFrame, dict]:
