@@ -66,10 +66,27 @@ def no_drawing(monkeypatch):
     return planned
 
 
+HOST_BOUND = {"test_procs", "test_faults", "test_contract", "test_contention", "test_interference",
+              "test_environment_runtime", "test_reproduce_jobs", "test_reproduce_ray", "test_transport_auth",
+              "test_full_disk", "test_output_folder", "test_cli_ux", "test_starter", "test_kept_runs"}
+"""Modules whose tests start processes of their own (procs runs, reproductions side by side, Ray, interferers) or
+time them: under pytest-xdist (the README's command runs on every core) they share one worker, one at a time,
+so that no two of them compete for the cores beside the in-process tests."""
+ORDERED = {"test_readme"}
+"""Modules whose tests depend on their order (the README's commands, in turn, in one folder): one worker each."""
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``matrix`` run only when ``-m`` names the marker (``-m matrix``): the default run keeps one
     representative of each such matrix, CI runs the rest. Tests marked ``snap_large`` (SNAP's weights on graphs
-    of 80 and 100 servers, minutes each) run only when ``-m`` names them."""
+    of 80 and 100 servers, minutes each) run only when ``-m`` names them. Under pytest-xdist, ``HOST_BOUND`` and
+    ``ORDERED`` modules are grouped (``--dist loadgroup``)."""
+    for item in items:
+        module = item.module.__name__.rpartition(".")[2] if item.module else ""
+        if module in HOST_BOUND:
+            item.add_marker(pytest.mark.xdist_group("host_bound"))
+        elif module in ORDERED:
+            item.add_marker(pytest.mark.xdist_group(module))
     for marker in ("matrix", "snap_large"):
         if marker in (config.option.markexpr or ""):
             continue

@@ -475,6 +475,55 @@ def test_a_margin_is_refused_where_it_means_nothing(raw):
 
 
 
+
+@pytest.mark.parametrize("new, base, expected", [
+    ({0: 1000.0, 1: 1100.0, 2: 900.0}, {0: 1000.0, 1: 1000.0, 2: 1000.0}, "holds"),          # about 1x both ways
+    ({0: 700.0, 1: 650.0, 2: 750.0}, {0: 1000.0, 1: 1000.0, 2: 1000.0}, "holds"),            # ahead, but by < 2x
+    ({0: 1500.0, 1: 1400.0, 2: 1600.0}, {0: 1000.0, 1: 1000.0, 2: 1000.0}, "holds"),         # behind, by < 2x
+    ({0: 100.0, 1: 120.0, 2: 80.0}, {0: 1000.0, 1: 1000.0, 2: 1000.0}, "does not hold"),     # 10x ahead: not "the same"
+    ({0: 3000.0, 1: 2800.0, 2: 3200.0}, {0: 1000.0, 1: 1000.0, 2: 1000.0}, "does not hold"),  # 3x behind
+    ({0: 300.0, 1: 1000.0, 2: 1100.0}, {0: 1000.0, 1: 1000.0, 2: 1000.0}, "inconclusive"),   # straddles 2x
+])
+def test_an_equivalence_claim_holds_inside_its_range_on_both_sides(new, base, expected):
+    c = claim("ratio", within=(0.5, 2.0))
+    assert verdict(c, timed(new, base)).verdict == expected
+    assert paper_text(c) == "about the same as base: 0.50x to 2.00x"
+
+
+def test_an_equivalence_claim_is_decided_below_the_resolution_only_where_its_range_is_wider():
+    c = claim("ratio", within=(0.5, 2.0))
+    # 1000 s against 1000 +- 100 s: 0.5x-2x is 500 s wide on the near side, more than the 20 s between evaluations
+    assert verdict(c, timed({0: 1000.0, 1: 1010.0}, {0: 1000.0, 1: 1000.0})).verdict == "holds"
+    # 30 s against 25-35 s: 2x is 15 s away, closer than one evaluation interval: no reading
+    assert verdict(c, timed({0: 25.0, 1: 35.0}, {0: 30.0, 1: 30.0})).verdict == "not resolved"
+
+
+def test_a_censored_equivalence_claim_decides_only_on_a_bound_outside_its_range():
+    c = claim("ratio", within=(0.5, 2.0))
+    # the baseline never reached the target in 1000 s, the run in 100 s: the ratio is at least 10x
+    assert verdict(c, timed({0: 100.0, 1: 110.0}, {0: None, 1: None})).verdict.startswith("does not hold (>=")
+    # ... in 900 s: at least 1.1x, which may lie inside or outside the range
+    assert verdict(c, timed({0: 900.0, 1: 880.0}, {0: None, 1: None})).verdict.startswith("inconclusive (>=")
+    # the run never reached it, the baseline in 100 s: at most 0.1x
+    assert verdict(c, timed({0: None, 1: None}, {0: 100.0, 1: 110.0})).verdict.startswith("does not hold (<=")
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"kind": "ratio", "within": [0.5, 2], "paper_value": 3}, "no paper_value, direction or margin"),
+    ({"kind": "ratio", "within": [0.5, 2], "direction": "lower"}, "no paper_value, direction or margin"),
+    ({"kind": "value", "within": [0.5, 2], "paper_value": 1}, "applies to a reduction, ratio or difference"),
+    ({"kind": "ratio", "within": [1.2, 2]}, "low < 1 < high"),
+    ({"kind": "difference", "within": [-0.01]}, "low < 0 < high"),
+    ({"kind": "reduction", "within": ["a", 1]}, "low < 0 < high"),
+])
+def test_an_equivalence_range_is_refused_where_it_means_nothing(raw, message):
+    with pytest.raises(UserError, match=message):
+        parse_claim({"text": "t", "metric": "time_to_target", "run": "r", **raw}, "x.toml", "b")
+    ok = parse_claim({"text": "t", "metric": "time_to_target", "run": "r", "kind": "ratio", "within": [0.5, 2]},
+                     "x.toml", "b")
+    assert ok.within == (0.5, 2.0) and ok.sign == 1
+
+
 # ------------------------------------------------------------------------------------------ seeds, words, rules
 
 

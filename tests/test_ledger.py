@@ -228,6 +228,25 @@ def test_a_placeholder_is_filled_from_the_runs():
         placeholders.fill('{{ mean(finl_accuracy, "bsp") }}', per_run, spec)
 
 
+def test_diagnoses_and_ledger_rows_take_placeholders_checked_at_load_and_filled_from_the_runs(tmp_path):
+    good = '{{ mean(final_accuracy, "bsp") :.2f }}'
+    exp = load_experiment(folder(tmp_path, 'diagnosis = { departures = ["network"], text = "BSP ends at '
+                                           + good.replace('"', '\\"') + '" }',
+                                 ledger=LEDGER.replace('why = "the barrier alone"', f"why = 'BSP ends at {good}'")))
+    assert good in exp.claims[0].diagnosis.text
+    bad = '{{ mean(final_accuracy, "bsq") }}'
+    assert "'bsq'" in refused(folder(tmp_path, 'diagnosis = { departures = ["network"], text = "at '
+                                               + bad.replace('"', '\\"') + '" }'))
+    assert "'bsq'" in refused(folder(tmp_path, ledger=LEDGER.replace('ours = "an ideal network"', f"ours = '{bad}'")))
+    assert "does not parse" in refused(folder(tmp_path, ledger=LEDGER.replace('ours = "an ideal network"',
+                                                                             "ours = '{{ eval(1) }}'")))
+    from edgeml.analysis.ledger import ledger_lines
+
+    per_run = pd.DataFrame({"run": ["bsp", "bsp"], "seed": [0, 1], "final_accuracy": [0.8, 0.9]})
+    table = "\n".join(ledger_lines(exp.ledger, lambda t: placeholders.fill(t, per_run, {"bsp": "bsp"})))
+    assert "BSP ends at 0.85" in table and "{{" not in table
+
+
 ROOT = Path(__file__).resolve().parents[1] / "experiments"
 BEFORE = 4198  # experiments/ in lines when each paper's experiment was one TOML file
 

@@ -145,10 +145,13 @@ def test_an_intruder_without_the_secret_runs_nothing_changes_nothing_and_is_coun
     for p in (intruded, clean):
         nodes = pd.read_csv(p / "nodes.csv")
         workers, ps = nodes[nodes.role == "worker"], nodes[nodes.role == "ps"].iloc[0]
-        assert (workers.messages_sent == workers.steps).all()  # one push per step...
-        assert (workers.bytes_sent == workers.steps * push).all()
+        # one push per step, but for a last step that the stop may cut before its push (a busy host makes it
+        # likely)...
+        assert ((workers.steps - 1 <= workers.messages_sent) & (workers.messages_sent <= workers.steps)).all()
+        assert (workers.bytes_sent == workers.messages_sent * push).all()
         # ...answered by one model, but for the last round, which the stop may cut short
-        assert workers.steps.sum() - len(workers) <= ps.messages_sent <= workers.steps.sum()
+        pushes = workers.messages_sent.sum()
+        assert pushes - len(workers) <= ps.messages_sent <= pushes
         assert ps.bytes_sent == ps.messages_sent * model
         # in lock step: no worker was cut off from the PS (whose rank the intruder claimed)
         assert workers.steps.max() - workers.steps.min() <= 1

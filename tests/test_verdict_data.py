@@ -50,7 +50,7 @@ def test_a_stronger_result_owes_a_diagnosis_only_beyond_2x_of_the_papers_figure(
     assert owes_diagnosis(r.decision) == owes, r.verdict
     assert diagnosis_cause(claim, r) == ("not yet diagnosed" if owes else "")
     assert (r in undiagnosed([claim], [r])) == owes
-    notes = render._notes(SimpleNamespace(claims=[claim]), [r])
+    notes = render._notes(SimpleNamespace(exp=SimpleNamespace(claims=[claim]), cmp=None, planned=[]), [r])
     assert (f"- *{claim.text}*: **not yet diagnosed**." in notes) == owes
     # a diagnosis answers it
     diagnosed = ratio_claim(paper, diagnosis=Diagnosis("setting", "another model"))

@@ -8,7 +8,12 @@ and, for comparisons, a baseline run. Kinds:
   (the run's metric is lower than the baseline's: the default) or ``"higher"``. A direction claim with
   ``margin = m`` (>= 0, in the effect's units) is a non-inferiority claim: the run may fall short of the
   baseline on that side by up to m ("at least as accurate as centralized training": margin = 0, identical
-  values hold; "matches standalone within a percentage point": margin = 0.01).
+  values hold; "matches standalone within a percentage point": margin = 0.01). A pair claim with
+  ``within = [low, high]`` (low < neutral < high, no paper_value or direction) is an equivalence claim, for a
+  paper that says "about the same" or "almost the same": it holds when the effect's interval lies inside the
+  range, does not hold when it lies wholly outside, and is inconclusive between; both sides count, so neither
+  method being ahead is the paper's reading ("almost the same training speed as Async": ``within = [0.5, 2]``
+  on the ratio of times).
 - ``value``: the run's own metric against ``paper_value`` with ``op`` ">=", "<=" or "between" (then
   ``paper_value = [low, high]``).
 - A ``reduction``, ``ratio``, ``difference`` or ``value`` claim whose ``run`` names a swept ``[[runs]]`` entry
@@ -64,7 +69,7 @@ REACHED = "reached"
 """A claim's target that is no number: the highest accuracy (lowest loss) every run of the claim reaches
 (``convergence.highest_reached``)."""
 CLAIM_KEYS = {"text", "metric", "run", "baseline", "kind", "paper_value", "op", "direction", "effect", "seeds",
-              "targets", "rule", "figure", "margin", "headline", "window", "diagnosis", "reading"}
+              "targets", "rule", "figure", "margin", "headline", "window", "diagnosis", "reading", "within"}
 MIN_SEEDS = 2
 """The seeds any verdict needs: one run never decides a claim."""
 HEADLINE_SEEDS = 5
@@ -143,6 +148,8 @@ class Claim:
     window: int | None = None
     diagnosis: Diagnosis | None = None
     reading: Reading | None = None
+    within: tuple[float, float] | None = None
+    """An equivalence claim's range of the effect ("about the same"), in the kind's units."""
 
     @property
     def on_target(self) -> bool:
@@ -153,6 +160,8 @@ class Claim:
         """+1 when the paper's side is the run's metric being lower (pairs) / the trend as named; -1 else."""
         if self.kind == "trend":
             return -1 if self.direction == "decreasing" else 1
+        if self.within is not None:
+            return 1
         if self.paper_value is not None:
             return 1 if self.paper_value > NEUTRAL[self.kind] else -1
         return -1 if self.direction == "higher" else 1
@@ -220,6 +229,16 @@ def parse_claim(raw: dict, where: str, default_baseline: str) -> Claim:
         if (effect == "value") != (baseline is None):
             raise bad("a trend against a baseline needs effect = reduction, ratio or difference; without a "
                       "baseline, leave effect out")
+    within = raw.get("within")
+    if within is not None:
+        if kind not in PAIR_KINDS or paper is not None or direction is not None or "margin" in raw:
+            raise bad("within = [low, high] (about the same) applies to a reduction, ratio or difference claim "
+                      "with no paper_value, direction or margin")
+        if not (isinstance(within, list) and len(within) == 2 and all(map(_number, within))
+                and within[0] < NEUTRAL[kind] < within[1]):
+            raise bad(f"within must be [low, high] with low < {NEUTRAL[kind]:g} < high (no difference lies "
+                      f"inside), e.g. within = [0.5, 2] for a ratio")
+        within = (float(within[0]), float(within[1]))
     margin = raw.get("margin")
     if margin is not None and (kind not in PAIR_KINDS or paper is not None or direction is None
                                or not _number(margin) or margin < 0):
@@ -255,7 +274,8 @@ def parse_claim(raw: dict, where: str, default_baseline: str) -> Claim:
                  tuple(seeds) if seeds else None,
                  tuple(t if t == REACHED else float(t) for t in targets) if targets else None, rule,
                  raw.get("figure"), float(margin) if margin is not None else None, headline, window,
-                 parse_diagnosis(raw.get("diagnosis"), bad), parse_reading(raw.get("reading"), headline, bad))
+                 parse_diagnosis(raw.get("diagnosis"), bad), parse_reading(raw.get("reading"), headline, bad),
+                 within)
 
 
 def parse_reading(raw, headline: bool, bad) -> Reading | None:

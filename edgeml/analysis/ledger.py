@@ -178,19 +178,20 @@ def carried(rows: list[Departure], layers: list[dict]) -> list[Departure]:
     return [d for d in rows if any(d.covers(k) for k in keys)]
 
 
-def ledger_lines(rows: list[Departure] | None) -> list[str]:
-    """The ledger as REPORT.md opens with it: one row per departure (nothing where the experiment has none)."""
+def ledger_lines(rows: list[Departure] | None, fill=lambda text: text) -> list[str]:
+    """The ledger as REPORT.md opens with it: one row per departure (nothing where the experiment has none);
+    ``fill`` puts the runs' numbers into the placeholders of ``ours`` and ``why``."""
     from edgeml.analysis.tables import md_table
 
     if not rows:
         return []
-    table = [[d.what, f"{d.paper} ({d.section}: \"{d.quote}\")", d.ours, d.why, d.kind,
+    table = [[d.what, f"{d.paper} ({d.section}: \"{d.quote}\")", fill(d.ours), fill(d.why), d.kind,
               ", ".join(f"`{t}`" for t in d.tests) or UNTESTED] for d in rows]
     return ["## Departures from the paper", "",
             md_table(["what", "the paper", "ours", "why", "kind", "tested by"], table), ""]
 
 
-def claim_lines(claim: Claim, rows: list[Departure] | None, layers: list[dict]) -> list[str]:
+def claim_lines(claim: Claim, rows: list[Departure] | None, layers: list[dict], fill=lambda text: text) -> list[str]:
     """Beside a claim in REPORT.md: how the paper reads the quantity, and (a headline claim) the departures its
     runs carry."""
     lines = []
@@ -200,5 +201,5 @@ def claim_lines(claim: Claim, rows: list[Departure] | None, layers: list[dict]) 
         found = carried(rows, layers)
         if found:
             lines.append(f"- *{claim.text}*: its runs carry departures "
-                         + "; ".join(f"{d.id} ({d.what}: {d.ours} for {d.paper})" for d in found) + ".")
+                         + "; ".join(f"{d.id} ({d.what}: {fill(d.ours)} for {d.paper})" for d in found) + ".")
     return lines

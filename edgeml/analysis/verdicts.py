@@ -9,7 +9,9 @@ gives one value (an interval when censored); the verdict rests on the 95% bootst
 
 - **holds**: the interval lies on the paper's side of neutral (0 for reductions and differences, 1 for
   ratios) and reaches the paper's figure within 10% (it overlaps [0.9 p, p / 0.9]); a direction claim holds
-  when the interval lies on its side. A value claim holds when the interval lies within ``op``'s bound.
+  when the interval lies on its side. A value claim holds when the interval lies within ``op``'s bound; an
+  equivalence claim (``within``, "about the same") when the interval lies inside its range, and it does not
+  hold when the interval lies wholly outside it (with a censored side, when the known bound does).
 - **weaker** / **stronger**: on the paper's side, but entirely below 0.9 p / above p / 0.9.
 - **does not hold**: the interval lies on the other side (or beyond a value claim's bound), or, for a claim
   with the paper's figure, it lies entirely below 0.9 p without lying on the paper's side: the paper's figure
@@ -334,6 +336,14 @@ def decide(iv: Interval, claim: Claim, lo_open: bool, hi_open: bool, resolved: b
 
     if not resolved:
         return "does not hold" if favoured is not None and short_of_paper(favoured) else "not resolved", False
+    if claim.within is not None:  # equivalence: inside the range holds, wholly outside it does not
+        a, b = claim.within
+        if hi_open:  # only the effect's lower end is known
+            return ("does not hold" if iv.ci_low > b else "inconclusive"), True
+        if lo_open:
+            return ("does not hold" if iv.ci_high < a else "inconclusive"), True
+        inside, outside = a <= iv.ci_low and iv.ci_high <= b, iv.ci_high < a or iv.ci_low > b
+        return ("holds" if inside else "does not hold" if outside else "inconclusive"), False
     lo, hi = (iv.ci_low - neutral, iv.ci_high - neutral) if s > 0 else (neutral - iv.ci_high, neutral - iv.ci_low)
     if s < 0:
         lo_open, hi_open = hi_open, lo_open
@@ -470,12 +480,25 @@ def _evaluate_one(claim: Claim, label: str, rows: pd.DataFrame, result: dict, un
     resolved = not (unit and -res < float(np.mean(d_lo)) and float(np.mean(d_hi)) < res)
     if claim.kind == "difference" and claim.margin is not None and claim.margin >= res:
         resolved = True  # a difference below the resolution lies within a margin at least as wide: decide on it
+    if claim.within is not None and _band(claim, float(np.mean(b["lo"]))) >= res:
+        resolved = True  # likewise within an equivalence range at least as wide on both sides
     favoured = None if resolved or lo_open or hi_open else _favoured(claim, r, b, res)
     decided = decide(iv, claim, lo_open, hi_open, resolved, favoured)
     return Result(**{**result, "decision": _verdict(result, claim, decided, iv, lo_open, hi_open, res, unit)},
                   measured=_measured(iv, claim, lo_open, hi_open),
                   words=effect_words(claim, iv, *words_names([label, base_label], result, names), lo_open,
                                      hi_open))
+
+
+def _band(claim: Claim, base: float) -> float:
+    """How far, in the samples' unit, the run's value may lie from ``base`` (the baseline's) on either side, the
+    nearer side, and stay within an equivalence claim's range."""
+    a, b = claim.within
+    if claim.kind == "difference":  # base - run
+        return min(-a, b)
+    if claim.kind == "reduction":  # 1 - run / base
+        return base * min(-a, b)
+    return base * min(1 - 1 / b, 1 / a - 1)  # ratio: base / run
 
 
 def _favoured(claim: Claim, run: pd.DataFrame, base: pd.DataFrame, res: float) -> Interval | None:
@@ -784,6 +807,8 @@ def paper_text(claim: Claim, names: dict[str, str] | None = None) -> str:
         if claim.op == "between":
             return f"{_fmt(claim, claim.paper_value[0])} to {_fmt(claim, claim.paper_value[1])}"
         return f"{claim.op} {_fmt(claim, claim.paper_value)}"
+    if claim.within is not None:
+        return f"about the same as {claim.baseline}: {_show(claim, claim.within[0])} to {_show(claim, claim.within[1])}"
     if claim.paper_value is None and claim.margin is not None:
         side = "lower" if claim.sign > 0 else "higher"
         return f"{side} than {claim.baseline} or short of it by at most {_fmt(claim, claim.margin)}"

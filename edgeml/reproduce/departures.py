@@ -23,7 +23,10 @@ def check_ledger(exp: Experiment) -> None:
 
     where = exp.source.name
     entries = [r.name for r in exp.runs] + [n for r in exp.runs for n, _ in sweep_points(r)]
-    for text in [exp.description, exp.differences, *(g.text for g in exp.figures.values())]:
+    texts = [exp.description, exp.differences, *(g.text for g in exp.figures.values()),
+             *(c.diagnosis.text for c in exp.claims if c.diagnosis is not None),
+             *(t for d in exp.ledger or [] for t in (d.ours, d.why))]
+    for text in texts:
         for p in placeholders.parse(text):
             if not any(p.run == e or fnmatch.fnmatchcase(e, p.run) for e in entries):
                 raise UserError(f"{where}: placeholder {p.source!r} names run {p.run!r}, which picks no run of "

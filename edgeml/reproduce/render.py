@@ -178,8 +178,8 @@ def claims_table(exp: Experiment, quick: bool, results: list[Result]) -> Table:
 def write_report(report: Report) -> Path:
     """REPORT.md: the verdicts, the failed runs, one section per figure group, the results table, how it was
     produced, the differences from the paper."""
-    lines = [*_opening(report), *ledger_lines(report.exp.ledger), *_verdicts(report), *_failed(report),
-             *_figure_sections(report), *_results(report), *_produced(report), *_differences(report)]
+    lines = [*_opening(report), *ledger_lines(report.exp.ledger, lambda t: _prose(report, t)), *_verdicts(report),
+             *_failed(report), *_figure_sections(report), *_results(report), *_produced(report), *_differences(report)]
     path = report.out / "REPORT.md"
     path.write_text("\n".join(lines))
     return path
@@ -272,7 +272,7 @@ def _figure_sections(r: Report) -> list[str]:
         lines += ["Runs: " + ", ".join(f"`{m}`" for m in members) + ".", ""]
         mine = [x for x in r.results if (x.figure or "") == gid]
         if mine:
-            lines += [_claims_table(mine), "", *_notes(r.exp, mine), *_claim_lines(r, mine)]
+            lines += [_claims_table(mine), "", *_notes(r, mine), *_claim_lines(r, mine)]
         if g and g.settled:
             lines += _settled(r, g.settled, set(members))
         lines += _tuning(r, [spec for spec in r.exp.runs if spec.tunes and spec.name in
@@ -380,10 +380,10 @@ def _claims_table(results: list[Result]) -> str:
                      "verdict"], rows)
 
 
-def _notes(exp: Experiment, results: list[Result]) -> list[str]:
+def _notes(r: Report, results: list[Result]) -> list[str]:
     """Under a section's claims table: where the other arrival rule reads differently, and the diagnosis of
     each claim that does not read holds (its cause, how, the ablations' measured effects), or that it has none."""
-    lines = []
+    report, exp, lines = r, r.exp, []
     for r in results:
         if r.other_rule:
             lines.append(f"- *{r.claim}* ({r.where}), {r.other_rule}.")
@@ -394,7 +394,7 @@ def _notes(exp: Experiment, results: list[Result]) -> list[str]:
         if d is None:
             lines.append(f"- *{text}*: **not yet diagnosed**.")
             continue
-        lines.append(f"- *{text}*: **{CAUSES[d.cause]}**: {d.text}")
+        lines.append(f"- *{text}*: **{CAUSES[d.cause]}**: {_prose(report, d.text)}")
         lines += _ablation_lines([r for r in results if r.claim == text])
     return lines + [""] if lines else []
 
@@ -476,7 +476,7 @@ def _claim_lines(r: Report, results: list[Result]) -> list[str]:
         c = claims.get(text)
         if c is not None:
             runs = [p.layers for p in r.planned if {p.name, p.spec} & {c.run, c.baseline}]
-            lines += claim_lines(c, r.exp.ledger, runs)
+            lines += claim_lines(c, r.exp.ledger, runs, lambda t: _prose(r, t))
     return lines + [""] if lines else []
 
 
