@@ -76,17 +76,33 @@ ORDERED = {"test_readme"}
 """Modules whose tests depend on their order (the README's commands, in turn, in one folder): one worker each."""
 
 
+def group_of(nodeid: str) -> str:
+    """The group a test runs in under pytest-xdist: ``host_bound``, its module for an ``ORDERED`` one, else its
+    own id (any worker)."""
+    module = nodeid.split("::", 1)[0].rpartition("/")[2].removesuffix(".py")
+    return "host_bound" if module in HOST_BOUND else module if module in ORDERED else nodeid
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's scheduler, with each ``group_of`` sent whole to one worker, in order (xdist's own
+    ``loadgroup`` reads groups from node ids that pytest 9.2 no longer lets a plugin change)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    if config.getvalue("dist") != "load":  # another mode asked for by name (--dist): xdist's own
+        return None
+
+    class Grouped(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return Grouped(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``matrix`` run only when ``-m`` names the marker (``-m matrix``): the default run keeps one
     representative of each such matrix, CI runs the rest. Tests marked ``snap_large`` (SNAP's weights on graphs
-    of 80 and 100 servers, minutes each) run only when ``-m`` names them. Under pytest-xdist, ``HOST_BOUND`` and
-    ``ORDERED`` modules are grouped (``--dist loadgroup``)."""
-    for item in items:
-        module = item.module.__name__.rpartition(".")[2] if item.module else ""
-        if module in HOST_BOUND:
-            item.add_marker(pytest.mark.xdist_group("host_bound"))
-        elif module in ORDERED:
-            item.add_marker(pytest.mark.xdist_group(module))
+    of 80 and 100 servers, minutes each) run only when ``-m`` names them."""
     for marker in ("matrix", "snap_large"):
         if marker in (config.option.markexpr or ""):
             continue

@@ -292,13 +292,19 @@ def test_a_killed_driver_leaves_no_run_going_and_resume_finishes_the_rest(tmp_pa
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     driver = subprocess.Popen([sys.executable, "-m", "edgeml", *args], env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
+    from edgeml.reproduce.execute import tagged
+
+    def kept() -> list[str]:  # finished and tagged: a run finished but killed before its tag runs again (tagged)
+        runs = out / "runs"
+        return sorted(p.name for p in runs.iterdir() if tagged(p)) if runs.is_dir() else []
+
     deadline = time.monotonic() + 180
-    while not finished_runs(out) and time.monotonic() < deadline:
+    while not kept() and time.monotonic() < deadline:
         time.sleep(0.05)
     running = _descendants(driver.pid)
     driver.kill()
     driver.wait()
-    finished = {name: evals for name, evals in _files(out, "evals.csv").items() if name in finished_runs(out)}
+    finished = {name: evals for name, evals in _files(out, "evals.csv").items() if name in kept()}
     assert 1 <= len(finished) < 12
     deadline = time.monotonic() + 15
     while _alive(running) and time.monotonic() < deadline:
