@@ -83,6 +83,25 @@ def group_of(nodeid: str) -> str:
     return "host_bound" if module in HOST_BOUND else module if module in ORDERED else nodeid
 
 
+CORES = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+
+
+@pytest.fixture(autouse=True)
+def _one_core_beside_the_host_bound(request):
+    """Under pytest-xdist, a test outside ``HOST_BOUND`` runs on one core (its worker's, by number) with every
+    process it starts: however many it starts (a reproduction's jobs, a procs run, figures drawn side by side),
+    the ``HOST_BOUND`` test on the other worker keeps the other cores. ``HOST_BOUND`` tests keep every core."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if len(CORES) < 2 or not worker.startswith("gw") or group_of(request.node.nodeid) == "host_bound":
+        yield
+        return
+    os.sched_setaffinity(0, {CORES[int(worker[2:] or 0) % len(CORES)]})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, CORES)
+
+
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config, log):
     """pytest-xdist's scheduler, with each ``group_of`` sent whole to one worker, in order (xdist's own
