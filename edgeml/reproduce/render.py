@@ -380,22 +380,19 @@ def _claims_table(results: list[Result]) -> str:
                      "verdict"], rows)
 
 
-def _notes(r: Report, results: list[Result]) -> list[str]:
+def _notes(report: Report, results: list[Result]) -> list[str]:
     """Under a section's claims table: where the other arrival rule reads differently, and the diagnosis of
     each claim that does not read holds (its cause, how, the ablations' measured effects), or that it has none."""
-    report, exp, lines = r, r.exp, []
-    for r in results:
-        if r.other_rule:
-            lines.append(f"- *{r.claim}* ({r.where}), {r.other_rule}.")
-    claims = {c.text: c for c in exp.claims}
-    owing = list(dict.fromkeys(r.claim for r in results if owes_diagnosis(r.decision)))
+    lines = [f"- *{x.claim}* ({x.where}), {x.other_rule}." for x in results if x.other_rule]
+    claims = {c.text: c for c in report.exp.claims}
+    owing = list(dict.fromkeys(x.claim for x in results if owes_diagnosis(x.decision)))
     for text in owing:
         d = claims[text].diagnosis if text in claims else None
         if d is None:
             lines.append(f"- *{text}*: **not yet diagnosed**.")
             continue
         lines.append(f"- *{text}*: **{CAUSES[d.cause]}**: {_prose(report, d.text)}")
-        lines += _ablation_lines([r for r in results if r.claim == text])
+        lines += _ablation_lines([x for x in results if x.claim == text])
     return lines + [""] if lines else []
 
 
