@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -100,6 +101,33 @@ def _one_core_beside_the_host_bound(request):
         yield
     finally:
         os.sched_setaffinity(0, CORES)
+
+
+@pytest.fixture(autouse=True)
+def _alone_when_marked(request):
+    """Under pytest-xdist, a test marked ``alone`` (it times the host: load thresholds, commit rates) runs with no
+    other test beside it: it waits for the running ones to end and holds the others back until it ends. Every other
+    test holds a shared lock while it runs; a gate taken first lets a waiting ``alone`` test in before new ones."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): tests run side by side as scheduled
+        fcntl = None
+    if not run or fcntl is None:
+        yield
+        return
+    base = Path(tempfile.gettempdir()) / f"edgeml-tests-{run}"
+    alone = request.node.get_closest_marker("alone") is not None
+    with open(f"{base}.gate", "a") as gate, open(f"{base}.lock", "a") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)

@@ -120,6 +120,7 @@ def busy_share(seconds: float = 1.0) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_procs_cpu_interferer_raises_load_and_scaled_step_time(tmp_path, plugins):
     if (share := busy_share()) < 0.3:  # beside n busy processes on its core the interferer gets 1/(n + 2)
         pytest.skip(f"a busy loop gets {share:.2f} of a core here: one more process cannot be told from the noise")

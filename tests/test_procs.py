@@ -188,6 +188,7 @@ def test_preloaded_modules_load_before_the_clock_starts(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_adsp_on_procs_keeps_committing(tmp_path):
     """ADSP's workers never stop committing: the scheduler sends a target every check period (0.5 s here), its
     reward fit's scipy loaded before the clock starts (a first import mid-run, seconds on a host with a
