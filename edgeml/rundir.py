@@ -692,6 +692,39 @@ def _window_prediction_error(run: Run) -> float | None:
     return float(np.mean(errors)) if errors else None
 
 
+def _persistence_errors(run: Run):
+    """Per platform and epoch (failed ones left out, and each platform's first, which has nothing before it): the
+    predictor's relative error and that of a load-blind guess, the previous epoch's measured time per point times
+    this epoch's points (``series/epochs.csv``). None for a run without predictions."""
+    import numpy as np
+
+    ep = run.table(f"{SERIES}/epochs.csv", required=False)
+    if ep is None or not {"rank", "epoch", "points", "predicted_s", "measured_s", "failed"} <= set(ep.columns):
+        return None
+    ours, guess = [], []
+    for _, g in ep[(ep["failed"] == 0) & (ep["points"] > 0) & (ep["measured_s"] > 0)].sort_values("epoch").groupby(
+            "rank"):
+        per_point = (g["measured_s"] / g["points"]).to_numpy()
+        measured, points = g["measured_s"].to_numpy()[1:], g["points"].to_numpy()[1:]
+        ours += list(np.abs(g["predicted_s"].to_numpy()[1:] - measured) / measured)
+        guess += list(np.abs(per_point[:-1] * points - measured) / measured)
+    return (np.array(ours), np.array(guess)) if ours else None
+
+
+def _persistence_error(run: Run) -> float | None:
+    """The mean relative error of a load-blind guess of each epoch's training time: the previous epoch's time per
+    point times this epoch's points, over the epochs ``prediction_over_persistence`` compares."""
+    e = _persistence_errors(run)
+    return None if e is None else float(e[1].mean())
+
+
+def _prediction_over_persistence(run: Run) -> float | None:
+    """The predictor's mean relative error over the load-blind guess's (``persistence_error``), on the same epochs:
+    below 1 the predictor, which reads the co-running load, beats the guess that ignores it."""
+    e = _persistence_errors(run)
+    return None if e is None or e[1].mean() == 0 else float(e[0].mean() / e[1].mean())
+
+
 def _accuracy_jitter(run: Run) -> float | None:
     """How much the test accuracy swings between evaluations: the standard deviation of its successive
     differences over the second half of the run's evaluations (by time), where a curve that has settled
@@ -703,7 +736,8 @@ def _accuracy_jitter(run: Run) -> float | None:
     return float(np.std(np.diff(acc))) if len(acc) >= 3 else None
 
 
-DERIVED = {"window_prediction_error": _window_prediction_error, "accuracy_jitter": _accuracy_jitter}
+DERIVED = {"window_prediction_error": _window_prediction_error, "accuracy_jitter": _accuracy_jitter,
+           "persistence_error": _persistence_error, "prediction_over_persistence": _prediction_over_persistence}
 """Quantities read from a run's series beyond ``decisions.csv`` (``Run.decided``), by name."""
 
 

@@ -297,6 +297,9 @@ class LoadSection:
     repeat: int = ranged(0, ge=0, zero="the schedule names nodes as written")
     """A schedule written for workers 0..N-1 that repeats over a larger deployment: worker i runs the workloads
     of worker i mod N (so a sweep over cluster.workers loads every worker alike)."""
+    time_scale: float = ranged(1.0, gt=0)
+    """Multiplies every schedule entry's start and end: a schedule written for a long run, replayed over a shorter
+    one (a quick reproduction's ``[quick] load.time_scale = 0.015``)."""
     cores: int = ranged(1, ge=1)
     """Cores of each node's share of its host, which its training and its workloads compete for (procs pins
     them there; sim's model)."""

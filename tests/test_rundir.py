@@ -198,6 +198,30 @@ def test_the_windowed_prediction_error_averages_out_epoch_noise_and_skips_runs_w
     assert run.decided("window_prediction_error") is None  # GoSGD's epochs: no predictions
 
 
+def test_the_predictor_is_compared_with_the_previous_epochs_time_per_point_on_the_same_epochs(tmp_path):
+    """``persistence_error``: each epoch guessed as the previous kept epoch's time per point times its points;
+    ``prediction_over_persistence`` the predictor's mean error over that guess's, on the same epochs (each
+    platform's first and failed epochs left out)."""
+    rows = [  # platform 1: the load doubles the time per point at epoch 2, which the predictor foresees
+        {"rank": 1, "epoch": 0, "points": 100, "predicted_s": 9.0, "measured_s": 10.0, "failed": 0},
+        {"rank": 1, "epoch": 1, "points": 50, "predicted_s": 5.0, "measured_s": 5.0, "failed": 0},
+        {"rank": 1, "epoch": 2, "points": 50, "predicted_s": 9.0, "measured_s": 10.0, "failed": 0},
+        # platform 2: a failed epoch between two kept ones, each at 0.1 s per point
+        {"rank": 2, "epoch": 0, "points": 10, "predicted_s": 1.0, "measured_s": 1.0, "failed": 0},
+        {"rank": 2, "epoch": 1, "points": 0, "predicted_s": 0.0, "measured_s": 0.0, "failed": 1},
+        {"rank": 2, "epoch": 2, "points": 20, "predicted_s": 2.2, "measured_s": 2.0, "failed": 0},
+    ]
+    (tmp_path / "series").mkdir()
+    pd.DataFrame([{"time_s": r["epoch"], **r} for r in rows]).to_csv(tmp_path / "series" / "epochs.csv", index=False)
+    run = rundir.Run(tmp_path, summary={}, config={})
+    # guesses: 0.1 x 50 = 5 (exact), 0.1 x 50 = 5 against 10 (0.5), 0.1 x 20 = 2 (exact); predictor: 0, 0.1, 0.1
+    assert run.decided("persistence_error") == pytest.approx(0.5 / 3)
+    assert run.decided("prediction_over_persistence") == pytest.approx((0.2 / 3) / (0.5 / 3))
+    pd.DataFrame([{"time_s": 0, "rank": 1, "epoch": 0, "measured_s": 1.0}]).to_csv(
+        tmp_path / "series" / "epochs.csv", index=False)
+    assert run.decided("persistence_error") is None and run.decided("prediction_over_persistence") is None
+
+
 def test_a_run_written_before_a_key_of_its_algorithm_existed_reads_it_as_the_default():
     """``flat_config`` fills an algorithm's section with its defaults (``SECTION_DEFAULTS``, recorded by the
     registry), so a run made before ``edgegossip.choose`` existed names the same setting as one made after, and

@@ -362,3 +362,16 @@ def test_a_repeated_load_schedule_loads_every_worker_as_its_residue_and_equals_t
         env_of("load.schedule=[{node='ps', kind='cpu', intensity=0.5}]", "load.repeat=2")
     with pytest.raises(UserError, match="workers only"):
         env_of("load.schedule=[{node=3, kind='cpu', intensity=0.5}]", "load.repeat=2")
+
+
+def test_a_time_scale_replays_the_schedule_over_a_shorter_run():
+    """``load.time_scale = s``: every entry's start and end times s; an open end stays open."""
+    schedule = ("load.schedule=[{node=0, kind='cpu', intensity=0.5, start=100, end=200},"
+                "{node='1', kind='disk', intensity=0.3, start=300}]")
+    written, _ = env_of(schedule)
+    scaled, _ = env_of(schedule, "load.time_scale=0.01")
+    for t in (50.0, 150.0, 250.0, 350.0, 1e6):
+        assert [scaled.load(r, t / 100) for r in (W0, W1)] == [written.load(r, t) for r in (W0, W1)]
+    assert scaled.load(W0, 1.5) == Load(0.5, 0.0, 0.0) and scaled.load(W1, 2.9) == Load(0.0, 0.0, 0.0)
+    with pytest.raises(UserError, match="time_scale"):
+        env_of(schedule, "load.time_scale=0")

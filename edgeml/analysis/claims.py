@@ -34,6 +34,12 @@ Every claim may also say:
 - ``headline = true``: the claim is one of the paper's headline claims (its abstract or conclusion). A headline
   claim reads holds, weaker, stronger or does not hold only on ``HEADLINE_SEEDS`` seeds; any claim needs at
   least ``MIN_SEEDS`` (``edgeml.analysis.verdicts.seed_rule``).
+- ``epochs = [30]`` (whole numbers above 0): the claim is read where each run has completed that many epochs
+  (the evaluations' ``epochs`` counter), as a paper that measures "the model training time across different
+  epochs" (EdgeGossip Sec. 4.1) reads it: a time, steps or bytes to a target spent on those epochs, or
+  ``metric = "accuracy"`` (or ``"loss"``, ``EVAL_METRICS``, read at epochs only) there, the mean of the last
+  evaluations up to it (``convergence.value_at``). Takes the place of ``targets`` and ``rule``; a run that
+  never completes them is censored (a time) or not measured (an accuracy).
 - ``rule`` (``stays``, ``first``, ``smoothed``, ``stopping``) for a claim on a target: the arrival rule it is
   decided on (default: the experiment's); ``window`` the number of evaluations the ``smoothed`` rule averages.
 - ``reading = { quote = "...", section = "ADSP Sec. 5.2" }``: how the paper itself defines the quantity the
@@ -57,7 +63,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from edgeml.analysis.convergence import RULES, TARGET_METRICS
+from edgeml.analysis.convergence import EVAL_METRICS, RULES, TARGET_METRICS
 from edgeml.errors import UserError
 
 KINDS = ("reduction", "ratio", "difference", "value", "trend")
@@ -69,7 +75,7 @@ REACHED = "reached"
 """A claim's target that is no number: the highest accuracy (lowest loss) every run of the claim reaches
 (``convergence.highest_reached``)."""
 CLAIM_KEYS = {"text", "metric", "run", "baseline", "kind", "paper_value", "op", "direction", "effect", "seeds",
-              "targets", "rule", "figure", "margin", "headline", "window", "diagnosis", "reading", "within"}
+              "targets", "rule", "figure", "margin", "headline", "window", "diagnosis", "reading", "within", "epochs"}
 MIN_SEEDS = 2
 """The seeds any verdict needs: one run never decides a claim."""
 HEADLINE_SEEDS = 5
@@ -150,10 +156,13 @@ class Claim:
     reading: Reading | None = None
     within: tuple[float, float] | None = None
     """An equivalence claim's range of the effect ("about the same"), in the kind's units."""
+    epochs: tuple[int, ...] | None = None
+    """The completed epochs the claim is read at, in the place of ``targets``."""
 
     @property
     def on_target(self) -> bool:
-        return self.metric in TARGET_METRICS
+        """Whether the claim is read at targets: times (steps...) to one, or anything at a number of epochs."""
+        return self.metric in TARGET_METRICS or self.epochs is not None
 
     @property
     def sign(self) -> int:
@@ -259,6 +268,19 @@ def parse_claim(raw: dict, where: str, default_baseline: str) -> Claim:
         raise bad(f"targets must be a non-empty list of distinct numbers or {REACHED!r} (the highest accuracy, or "
                   "lowest loss, every run of the claim reaches), e.g. targets = [0.85, \"reached\"]; the stopping "
                   "rule takes none")
+    epochs = raw.get("epochs")
+    if epochs is not None:
+        if not (isinstance(epochs, list) and epochs and len(set(epochs)) == len(epochs) and all(
+                isinstance(e, int) and not isinstance(e, bool) and e > 0 for e in epochs)):
+            raise bad("epochs must be a non-empty list of distinct whole numbers above 0, e.g. epochs = [30]")
+        if targets is not None or rule is not None:
+            raise bad("epochs takes the place of targets and rule: the claim is read where each run has completed "
+                      "those epochs")
+        if raw["metric"] not in (*TARGET_METRICS, *EVAL_METRICS):
+            raise bad(f"epochs applies to {', '.join((*TARGET_METRICS, *EVAL_METRICS))} only")
+    elif raw["metric"] in EVAL_METRICS:
+        raise bad(f"metric = {raw['metric']!r} is read at a number of epochs: add epochs = [30], or name "
+                  f"final_{raw['metric']} or best_{raw['metric']}")
     window = raw.get("window")
     if window is not None and (rule != "smoothed" or not isinstance(window, int) or isinstance(window, bool)
                                or window < 2):
@@ -275,7 +297,7 @@ def parse_claim(raw: dict, where: str, default_baseline: str) -> Claim:
                  tuple(t if t == REACHED else float(t) for t in targets) if targets else None, rule,
                  raw.get("figure"), float(margin) if margin is not None else None, headline, window,
                  parse_diagnosis(raw.get("diagnosis"), bad), parse_reading(raw.get("reading"), headline, bad),
-                 within)
+                 within, tuple(epochs) if epochs else None)
 
 
 def parse_reading(raw, headline: bool, bad) -> Reading | None:

@@ -28,7 +28,8 @@ import pandas as pd
 from rich.table import Table
 from rich.text import Text
 
-from edgeml.analysis.convergence import COLUMNS, RULES, TARGET_METRICS, UNITS, Target, reach_run
+from edgeml.analysis.convergence import (COLUMNS, EPOCHS, EVAL_METRICS, RULES, TARGET_METRICS, UNITS, Target, reach_run,
+                                        value_at)
 from edgeml.analysis.stats import bootstrap_ci, mean_interval, pair_effect
 from edgeml.analysis.tables import (ci_text, md_table, number_text, reached_text, rich_table, speedup_text,
                                     time_text)
@@ -203,11 +204,20 @@ def claim_samples(runs: list[Run], per_run: pd.DataFrame, metrics: Iterable[str]
             if m in QUANTITIES:
                 q = QUANTITIES[m]
                 for t in targets:
+                    if t.metric not in r.evals:  # a count of epochs in a run that keeps none: not measured
+                        continue
                     hit = reach_run(r, t)
                     v = hit.value(q)
                     rows.append({**base, "metric": m, "target": t.key, "lo": v,
                                  "hi": math.inf if hit.censored else v, "resolution": hit.resolution[q],
                                  "unit": UNITS[q]})
+                continue
+            if m in EVAL_METRICS:  # read at a count of epochs (``claims``: epochs)
+                for t in targets:
+                    v = value_at(r.evals, t, m) if t.metric == EPOCHS else None
+                    if v is not None and math.isfinite(v):
+                        rows.append({**base, "metric": m, "target": t.key, "lo": v, "hi": v,
+                                     "resolution": math.nan, "unit": ""})
                 continue
             v = pr.get(m)
             if v is None or (isinstance(v, float) and math.isnan(v)):

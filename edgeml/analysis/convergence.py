@@ -12,6 +12,11 @@ rises back above 1.0 has not reached 0.9. The rules (``Target.rule``):
   ``stop.window`` evaluations, ADSP Sec. 5.2): the first evaluation at which the population variance of
   the last ``window`` losses is below the threshold, exactly as the monitor decides it.
 
+A target may also be a number of completed epochs (``Target("epochs", 30)``, the evaluations' ``epochs``
+column, a counter that never falls: every rule reads it alike): "the training time across different epochs"
+(EdgeGossip Sec. 4.1), the time, steps or bytes a run spends on its first 30 epochs, and ``value_at`` the test
+accuracy (or loss) it has there.
+
 A run that never got there is **censored**: its time, steps and bytes are known only to exceed what the run
 spent (its duration, its total steps and bytes), and a ``Reach`` says so instead of inventing a number
 (``reach_run`` reads both from a run directory).
@@ -46,15 +51,25 @@ TARGET_METRICS = ("time_to_target", "steps_to_target", "bytes_to_target", "ingre
 """The metrics measured until a target, one per quantity of ``COLUMNS`` (claims and tables name them)."""
 
 
+EPOCHS = "epochs"
+"""A target's metric that counts completed epochs (``Target(EPOCHS, 30)``): reached once the run has completed
+that many."""
+EVAL_METRICS = ("accuracy", "loss")
+"""What a run's evaluations measure, read at a target (``value_at``): claims on them name the epochs they are read
+at (``edgeml.analysis.claims``)."""
+
+
 @dataclass(frozen=True)
 class Target:
-    metric: str  # "accuracy" (reach at least) or "loss" (fall to at most)
+    metric: str  # "accuracy" or EPOCHS (reach at least) or "loss" (fall to at most)
     value: float = 0.0  # unused by the stopping rule
     rule: str = "stays"
     note: str = ""
     window: int = SMOOTH_WINDOW  # the evaluations the smoothed rule averages
 
     def __str__(self) -> str:
+        if self.metric == EPOCHS:
+            return f"{self.value:g} epochs completed"
         if self.rule == "stopping":
             return "the stopping rule (loss variance over the last evaluations below the run's threshold)"
         op = ">=" if self.metric == "accuracy" else "<="
@@ -65,7 +80,7 @@ class Target:
     def key(self) -> str:
         """``short``, naming the rule where it is not the default (``stays``): targets that differ only in their
         rule stay apart in the claims' samples ("loss<=0.9 (first reach)")."""
-        if self.rule in ("stays", "stopping"):
+        if self.rule in ("stays", "stopping") or self.metric == EPOCHS:
             return self.short
         return f"{self.short} ({RULE_NAMES[self.rule]}{f' of {self.window}' if self.rule == 'smoothed' else ''})"
 
@@ -74,10 +89,10 @@ class Target:
         """A label for table headers and file names: 'loss<=0.9', 'stopping rule'."""
         if self.rule == "stopping":
             return "stopping rule"
-        return f"{self.metric}{'>=' if self.metric == 'accuracy' else '<='}{self.value:g}"
+        return f"{self.metric}{'>=' if self.metric != 'loss' else '<='}{self.value:g}"
 
     def meets(self, values: np.ndarray) -> np.ndarray:
-        return values >= self.value if self.metric == "accuracy" else values <= self.value
+        return values >= self.value if self.metric != "loss" else values <= self.value
 
 
 @dataclass(frozen=True)
@@ -134,6 +149,14 @@ def stopping_index(losses: np.ndarray, variance: float, window: int) -> int | No
     return None
 
 
+def target_index(values: np.ndarray, target: Target) -> int | None:
+    """The index at which ``values`` (the target's metric at each evaluation) reach ``target`` by its rule (not
+    the stopping rule, which reads losses: ``stopping_index``)."""
+    if target.rule == "smoothed":
+        return smoothed_index(values, target, target.window)
+    return (stays_index if target.rule == "stays" else first_index)(target.meets(values))
+
+
 def resolution(evals: pd.DataFrame) -> dict:
     """The median spacing of the evaluations in time, steps and bytes (what one evaluation interval is worth)."""
     out = {}
@@ -153,14 +176,25 @@ def reach(evals: pd.DataFrame, target: Target, end: dict, stop: tuple[float, int
         rows = evals
     else:
         rows = evals[evals[target.metric].notna()]
-        values = rows[target.metric].to_numpy(dtype=float)
-        i = {"stays": lambda: stays_index(target.meets(values)),
-             "first": lambda: first_index(target.meets(values)),
-             "smoothed": lambda: smoothed_index(values, target, target.window)}[target.rule]()
+        i = target_index(rows[target.metric].to_numpy(dtype=float), target)
     if i is None:
         return Reach({q: float(end.get(q, math.nan)) for q in COLUMNS}, True, res)
     row = rows.iloc[i]
     return Reach({q: float(row.get(col, math.nan)) for q, col in COLUMNS.items()}, False, res)
+
+
+def value_at(evals: pd.DataFrame, target: Target, column: str, window: int = SMOOTH_WINDOW) -> float | None:
+    """``column`` (accuracy, loss) where ``evals`` reaches ``target`` by its rule: the mean of the ``window``
+    evaluations that end there (fewer where the run has fewer before it), so that one noisy evaluation does not
+    decide it; None where the run never reaches the target or has no such column."""
+    if target.rule == "stopping" or target.metric not in evals or column not in evals:
+        return None
+    rows = evals[evals[target.metric].notna()]
+    i = target_index(rows[target.metric].to_numpy(dtype=float), target)
+    if i is None:
+        return None
+    seen = pd.to_numeric(rows[column].iloc[max(0, i - window + 1):i + 1], errors="coerce").dropna()
+    return float(seen.mean()) if len(seen) else None
 
 
 def reach_run(run: Run, target: Target) -> Reach:

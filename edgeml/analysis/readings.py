@@ -17,7 +17,7 @@ import numpy as np
 
 from edgeml.analysis.claims import REACHED, Claim
 from edgeml.analysis.compare import Comparison, claim_samples
-from edgeml.analysis.convergence import RULE_NAMES, SMOOTH_WINDOW, Target, highest_reached
+from edgeml.analysis.convergence import EPOCHS, RULE_NAMES, SMOOTH_WINDOW, Target, highest_reached
 from edgeml.analysis.verdicts import MIN_SEEDS, HEADLINE_SEEDS, Result, Verdict, evaluate, owes_diagnosis, paper_text
 from edgeml.errors import UserError
 from edgeml.rundir import Run
@@ -37,6 +37,8 @@ def claim_targets(exp, claim: Claim, cmp: Comparison, runs: list[Run]) -> list[T
     above the runs' start is reached by all)."""
     if not claim.on_target:
         return []
+    if claim.epochs:
+        return [Target(EPOCHS, float(n), "first") for n in claim.epochs]
     headline = (exp.targets or cmp.targets)[0]
     rule = claim.rule or headline.rule
     if rule == "stopping":
@@ -80,11 +82,11 @@ def check_claims(exp, runs: list[Run], cmp: Comparison, planned: list) -> list[R
     """Every claim at each of its targets, on the samples of the runs that finished; each result names the
     figure group it is reported in. A claim on a target is also read by the other arrival rule
     (``OTHER_RULE``: first reach beside stays), reported where the two disagree by more than one evaluation
-    interval on some run (``other_rule``); a claim's diagnosis's ablations are decided as the claim with each
-    in place of its run (and baseline: ``Diagnosis.pairs``)."""
+    interval on some run (``other_rule``; a count of epochs reads alike by every rule); a claim's diagnosis's
+    ablations are decided as the claim with each in place of its run (and baseline: ``Diagnosis.pairs``)."""
     targets = {c: claim_targets(exp, c, cmp, runs) for c in exp.claims}
     measurable = [t for ts in targets.values() for t in ts if not math.isnan(t.value)]
-    others = {t: replace(t, rule=OTHER_RULE[t.rule]) for t in measurable if t.rule in OTHER_RULE}
+    others = {t: replace(t, rule=OTHER_RULE[t.rule]) for t in measurable if t.rule in OTHER_RULE and t.metric != EPOCHS}
     samples = claim_samples(runs, cmp.per_run, [c.metric for c in exp.claims],
                             list(dict.fromkeys(measurable + list(others.values()))))
     names = exp.run_names()

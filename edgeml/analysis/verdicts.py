@@ -753,8 +753,10 @@ def effect_words(claim: Claim, iv: Interval, run: str, base: str, lo_open: bool,
             return ""
         inverse = TURNED[bound]
         if claim.metric == "time_to_target":
-            return f"{run} reaches the target {bound}{v:.3g}x as fast as {base}" if v >= 1 else \
-                f"{run} takes {inverse}{1 / v:.3g}x {base}'s time to reach the target"
+            does, do = ("completes the epochs", "complete the epochs") if claim.epochs else \
+                ("reaches the target", "reach the target")
+            return f"{run} {does} {bound}{v:.3g}x as fast as {base}" if v >= 1 else \
+                f"{run} takes {inverse}{1 / v:.3g}x {base}'s time to {do}"
         return f"{run}: {noun} {inverse}1/{v:.3g} of {base}'s" if v >= 1 else \
             f"{run}: {noun} {inverse}{1 / v:.3g}x {base}'s"
     if _rounds_to_zero(_magnitude(claim, v)):

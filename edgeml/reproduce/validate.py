@@ -241,7 +241,7 @@ def _claims(exp: Experiment, where: str) -> None:
         if c.text in texts or texts.add(c.text):  # verdicts are matched by their claim's text (--check, scoreboard)
             raise UserError(f"{where}: two claims read {c.text!r}: word each claim its own way")
         algorithms = _algorithms(_entries(exp, c.run, c.baseline))
-        if not _computable(c.metric, algorithms):
+        if not (c.epochs or _computable(c.metric, algorithms)):  # at epochs: accuracy, loss (claims checked them)
             raise _unknown_metric(where, f"claim {c.text!r}", c.metric, algorithms)
 
 

@@ -226,8 +226,8 @@ def devices(cfg, roles: Mapping[str, list[int]]) -> dict[int, str]:
 
 
 def workloads(cfg, roles: Mapping[str, list[int]]) -> list[Workload]:
-    """``load.schedule``: co-running workloads by node set; with ``load.repeat = N`` a schedule written for
-    workers 0..N-1, which worker i follows as worker i mod N does."""
+    """``load.schedule``: co-running workloads by node set, their times multiplied by ``load.time_scale``; with
+    ``load.repeat = N`` a schedule written for workers 0..N-1, which worker i follows as worker i mod N does."""
     out, key = [], "load.schedule"
     repeat, workers = cfg.load.repeat, roles.get("worker", [])
     if repeat:
@@ -246,7 +246,8 @@ def workloads(cfg, roles: Mapping[str, list[int]]) -> list[Workload]:
                                                                           if repeat else ""))
         if repeat:
             ranks = [r for k in ranks for r in workers[workers.index(k)::repeat]]
-        out += [Workload(r, e["kind"], e["intensity"], e["start"], e["end"]) for r in ranks]
+        scale = cfg.load.time_scale
+        out += [Workload(r, e["kind"], e["intensity"], e["start"] * scale, e["end"] * scale) for r in ranks]
     return out
 
 
