@@ -657,6 +657,15 @@ class Run:
         return (d.sort_values("time_s", kind="stable") if "time_s" in d.columns else d)["value"]
 
 
+DIVERGED = "the model diverged"
+"""How a run that ``stop.diverged`` ended says so (``summary.json`` ``stop_reason``)."""
+
+
+def diverged(summary: dict) -> bool:
+    """Whether the run stopped because its model diverged (a non-finite test loss)."""
+    return str(summary.get("stop_reason") or "").startswith(DIVERGED)
+
+
 def pd_floats(column) -> list[float]:
     """A table column's values as floats (NaN where one is no number)."""
     import pandas as pd

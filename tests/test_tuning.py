@@ -104,6 +104,30 @@ def test_the_least_mean_time_wins_a_censored_seed_counts_as_never_and_all_censor
     assert partial["1:3"].scores[1][1] == 1  # one seed of candidate 1 so far
 
 
+def test_a_candidate_whose_model_diverged_on_a_tuning_seed_is_never_chosen(tuned):
+    """By best accuracy 4 wins at both settings, but at 1:3 its model diverged on seed 6 (its best accuracy came
+    before): 1 is chosen there, and the table marks 4 "diverged 1/2"; where every candidate diverged, none is."""
+    from edgeml.reproduce.tuning import table
+
+    path = tuned.replace("toy.toml", "acc.toml")
+    open(path, "w").write(TUNED.replace('by = "time_to_target"', 'by = "best_accuracy"'))
+    exp = load_experiment(path)
+    planned = plan(exp)
+    values = {(h, s, seed): (10, 0.6 if s == 1 else 0.4) for h in ("H=1", "1:3") for s in (1, 4) for seed in (5, 6)}
+    spec = next(s for s in exp.runs if s.name == "tune")
+    blown = {(p.name, p.seed) for p in planned if p.spec == "tune" and p.point == {"cluster.hetero": "1:3",
+                                                                                   "ssp.staleness": 4} and p.seed == 6}
+    found = {c.setting["cluster.hetero"]: c for c in choices(spec, planned, planned, _per_run(planned, values),
+                                                              "accuracy", blown)}
+    assert found["H=1"].chosen == 4 and found["1:3"].chosen == 1 and found["1:3"].unstable == {4: 1}
+    text = "\n".join(table(spec, list(found.values()), "accuracy>=0.5", quick=False))
+    assert "0.8 (diverged 1/2)" in text and "is not chosen" in text
+    every = {(p.name, p.seed) for p in planned if p.spec == "tune" and p.point["cluster.hetero"] == "1:3"}
+    found = {c.setting["cluster.hetero"]: c for c in choices(spec, planned, planned, _per_run(planned, values),
+                                                              "accuracy", every)}
+    assert found["1:3"].chosen is None and found["H=1"].chosen == 4
+
+
 @pytest.mark.parametrize("by, expect", [("final_loss", 1), ("best_accuracy", 1), ("final_accuracy", 1)])
 def test_a_tie_goes_to_the_smaller_value_and_accuracies_are_the_higher_the_better(tuned, by, expect, tmp_path):
     path = tmp_path / "by.toml"

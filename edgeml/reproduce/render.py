@@ -33,7 +33,7 @@ from edgeml.errors import UserError
 import edgeml.reproduce.tuning as tuning
 from edgeml.reproduce.load import Experiment
 from edgeml.reproduce.plan import PlannedRun
-from edgeml.rundir import CLASS_ACCURACY, Run, eval_column, flat_config, fmt_value, load_runs, warn
+from edgeml.rundir import CLASS_ACCURACY, Run, diverged, eval_column, flat_config, fmt_value, load_runs, warn
 
 if TYPE_CHECKING:  # the figures (matplotlib, seaborn: seconds to import) load only when a report draws them
     from edgeml.analysis.figures import FigureFile
@@ -334,7 +334,8 @@ def _tuning(r: Report, specs: list) -> list[str]:
         return []
     lines = []
     for spec in specs:
-        found = tuning.choices(spec, r.done, r.planned, r.cmp.per_run, r.cmp.target.metric)
+        found = tuning.choices(spec, r.done, r.planned, r.cmp.per_run, r.cmp.target.metric,
+                               {(x.label, x.seed) for x in r.runs if diverged(x.summary)})
         lines += tuning.table(spec, found, str(r.cmp.target), r.quick)
         for c in [] if r.quick else [c for c in found if not c.pending]:
             for name in c.differs():

@@ -13,7 +13,9 @@ A ``[[runs]]`` entry that sweeps candidate values of a hyper-parameter declares 
 Its other sweep keys are the *settings* (here the delay): at each, the candidate with the best mean of ``by``
 over the tuning seeds is chosen (``time_to_target``: the least, a candidate with a censored seed counting as
 never reaching the target, and where every candidate has one, the best mean final value of the target's
-metric; accuracies: the highest; losses: the least; a tie goes to the smaller value). The choice is not applied
+metric; accuracies: the highest; losses: the least; a tie goes to the smaller value). A candidate whose model
+diverged on any of its tuning seeds is not chosen, whatever its score: a setting at the edge of stability chosen
+by the seeds' luck (the table marks it "diverged k/n"). The choice is not applied
 by itself: the experiment file writes it into the tuned runs (their ``points``, or their config), so that what
 a run used stays in the file; the report tables the choice beside the value each tuned run uses at that
 setting (matched by the settings' config values) and names any that differ. While some of a setting's tuning
@@ -56,6 +58,7 @@ class Choice:
     seeds: list[int] = field(default_factory=list)
     used: dict[str, list[Any]] = field(default_factory=dict)  # tuned entry -> the values its runs here use
     pending: int = 0  # planned tuning runs at this setting not finished: the choice is provisional
+    unstable: dict[Any, int] = field(default_factory=dict)  # candidate -> seeds its model diverged on: not chosen
 
     def differs(self) -> list[str]:
         """The tuned entries whose runs at this setting use another value than the chosen one (so far, while
@@ -75,9 +78,11 @@ def _flat(cfg: Any) -> dict[str, Any]:
     return {f"{s}.{k}": v for s, values in cfg.to_dict().items() for k, v in values.items()}
 
 
-def choices(spec: Any, done: list, planned: list, per_run: pd.DataFrame, target_metric: str) -> list[Choice]:
+def choices(spec: Any, done: list, planned: list, per_run: pd.DataFrame, target_metric: str,
+            diverged: set[tuple[str, int]] = frozenset()) -> list[Choice]:
     """The tuning entry ``spec``'s choice at each of its settings, from its finished runs (``done``, rows of
-    ``per_run`` by label and seed), beside what the planned runs it tunes use there (``planned``)."""
+    ``per_run`` by label and seed), beside what the planned runs it tunes use there (``planned``); ``diverged``:
+    the (label, seed) of the runs whose model diverged."""
     tunes = Tunes(**spec.tunes)
     mine = [p for p in done if p.spec == spec.name and tunes.key in p.point]
     rows = per_run.set_index(["run", "seed"]) if len(per_run) else None
@@ -89,7 +94,8 @@ def choices(spec: Any, done: list, planned: list, per_run: pd.DataFrame, target_
         row = rows.loc[(p.name, p.seed)]
         row = row.iloc[0] if isinstance(row, pd.DataFrame) else row
         setting = tuple((k, v) for k, v in p.point.items() if k != tunes.key)  # (--quick: its quick sweep's)
-        grouped.setdefault(setting, {}).setdefault(p.point[tunes.key], []).append(row.to_dict())
+        grouped.setdefault(setting, {}).setdefault(p.point[tunes.key], []).append(
+            {**row.to_dict(), "_diverged": (p.name, p.seed) in diverged})
         seeds.setdefault(setting, set()).add(p.seed)
     fallback = "final_accuracy" if target_metric == "accuracy" else "final_loss"
     tuned = [(p, _flat(p.cfg)) for p in planned if p.spec in tunes.runs and p.cfg is not None]
@@ -99,8 +105,9 @@ def choices(spec: Any, done: list, planned: list, per_run: pd.DataFrame, target_
         if by == "time_to_target" and all(any(r["censored"] for r in rs) for rs in candidates.values()):
             by = fallback
         scores = {v: (score(rs, by), len(rs), sum(bool(r["censored"]) for r in rs)) for v, rs in candidates.items()}
-        chosen = best({v: s[0] for v, s in scores.items()}, by)
-        c = Choice(dict(setting), scores, by, chosen, sorted(seeds[setting]))
+        unstable = {v: n for v, rs in candidates.items() if (n := sum(r["_diverged"] for r in rs))}
+        chosen = best({v: s[0] for v, s in scores.items() if v not in unstable}, by)
+        c = Choice(dict(setting), scores, by, chosen, sorted(seeds[setting]), unstable=unstable)
         finished = {(p.name, p.seed) for p in mine}
         c.pending = sum(1 for p in planned if p.spec == spec.name and (p.name, p.seed) not in finished
                         and all(same(p.point.get(k), v) for k, v in setting))
@@ -149,6 +156,8 @@ def table(spec: Any, found: list[Choice], target: str, quick: bool) -> list[str]
         mean, n, censored = c.scores[v]
         text = "never" if mean == math.inf else "-" if math.isnan(mean) else \
             (f"{mean:.4g} s" if c.by == "time_to_target" else f"{mean:.4g}")
+        if v in c.unstable:
+            text += f" (diverged {c.unstable[v]}/{n})"
         return f"**{text}**" if same(v, c.chosen) else text
 
     tuned = list(tunes.runs)
@@ -176,5 +185,7 @@ def table(spec: Any, found: list[Choice], target: str, quick: bool) -> list[str]
     note = (" With --quick the tuned runs keep their quick settings." if quick else
             " A tuned run that uses another value is marked (differs): write the choice into its points.")
     seeds = sorted({s for c in found for s in c.seeds})
+    if any(c.unstable for c in found):
+        note = " A candidate whose model diverged on some seed is not chosen (diverged k/n)." + note
     return [f"`{spec.name}` tunes `{key}` by {what}, over its seeds ({', '.join(map(str, seeds))}); "
             "the chosen value in bold." + note, "", md_table(head, rows), ""]

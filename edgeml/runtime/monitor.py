@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from edgeml.rundir import AVERAGE_COLUMNS, CLASS_ACCURACY, RunWriter
+from edgeml.rundir import AVERAGE_COLUMNS, CLASS_ACCURACY, DIVERGED, RunWriter
 from edgeml.runtime.base import Counters, NodeInfo, TagCounters
 from edgeml.train import Evaluator, Job
 
@@ -129,7 +129,7 @@ class Monitor:
         if self.stop_reason:
             return
         if s.diverged and evaluated and not math.isfinite(row["loss"]):
-            self.stop_reason = f"the model diverged (test loss {row['loss']})"
+            self.stop_reason = f"{DIVERGED} (test loss {row['loss']})"
         elif s.target_accuracy and row["accuracy"] >= s.target_accuracy:
             self.stop_reason = f"target accuracy {s.target_accuracy} reached"
         elif s.target_loss and row["loss"] <= s.target_loss:
