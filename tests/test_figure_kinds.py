@@ -77,3 +77,14 @@ def test_an_against_figure_draws_a_valid_png(tmp_path):
     save_png(plots.against(pd.DataFrame(rows), "cluster.workers", ["time_to_target"], {"cluster.workers": "workers"}),
              path)
     check_png(path)
+
+
+@pytest.mark.slow
+def test_the_epochs_figure_of_runs_without_predictions_draws(tmp_path):
+    """GoSGD's epochs carry no predictions: its runs alone draw the data ratios and an empty prediction panel."""
+    runs = [r for r in rundir.load_runs([str(RESULTS / "edgegossip" / "quick" / "runs")]) if r.label == "gosgd"]
+    assert runs
+    pending = [f for f in plan_figures(runs, tmp_path, panels=["epochs"], pdf=False) if kind(f.file.name) == "epochs"]
+    assert len(pending) == 1
+    pending[0].write()
+    check_png(pending[0].file.png)

@@ -56,6 +56,20 @@ def test_a_run_keeps_only_the_series_its_figure_groups_draw(tmp_path):
     assert series["undrawn"] == {"series/decisions.csv"}
 
 
+def test_the_series_the_claims_derived_quantities_read_are_kept_whole_drawn_or_not(tmp_path):
+    """``epochs`` (the predictor's errors, ``rundir.DERIVED_SERIES``) stays whole in a run whose figure groups do
+    not draw it, so its claims read what they read before compaction."""
+    written = _ssp_run(tmp_path)
+    epochs = pd.DataFrame({"time_s": [1.0, 2.0], "rank": [1, 1], "role": ["worker"] * 2, "epoch": [0, 1],
+                           "ratio": [1.0, 0.5], "points": [10, 5], "predicted_s": [1.0, 0.6],
+                           "measured_s": [1.0, 0.5], "failed": [0, 0], "load_cpu": [0.0, 0.3]})
+    epochs.to_csv(written / "series" / "epochs.csv", index=False)
+    before = rundir.Run(written, summary={}, config={}).decided("persistence_error")
+    compact_run(written, [["convergence_time"]])
+    assert rundir.files(written)["series/epochs.csv"] == epochs.to_csv(index=False).encode()
+    assert rundir.Run(written, summary={}, config={}).decided("persistence_error") == before == 0.0
+
+
 def test_a_compacted_run_is_one_archive_and_loads_as_it_was_written(tmp_path):
     written = _ssp_run(tmp_path)
     compacted = tmp_path / "compacted" / "ssp"

@@ -169,12 +169,13 @@ def compact_run(path: Path, panels: list[list[str] | None] | None = None) -> Non
     reproduce`` keeps its runs: its files and the kept series packed into ``run.zip``, other series left out
     (``edgeml.rundir.compact``, ``kept_series``). ``panels``: the panels of each figure group the run is drawn
     in (None for a group that draws every panel with data); a series figure none of them names is not kept
-    (the claims' ``decisions`` always are). Without ``panels`` every series a figure may draw is kept."""
+    (the claims' ``decisions`` always are, and whole the series the claims' derived quantities read,
+    ``rundir.DERIVED_SERIES``). Without ``panels`` every series a figure may draw is kept."""
     kept = kept_series()
     if panels is not None and all(p is not None for p in panels):
         drawn = {name for p in panels for name in p}
         kept = {k: v for k, v in kept.items() if k == "decisions" or k in drawn}
-    rundir.compact(path, kept)
+    rundir.compact(path, {**kept, **dict.fromkeys(rundir.DERIVED_SERIES)})
 
 
 @dataclass(frozen=True)

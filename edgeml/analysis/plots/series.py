@@ -266,8 +266,9 @@ def epochs(df: pd.DataFrame, context: str = "") -> Figure:
             axes[0].plot(g["epoch"], g["ratio"], color=st.colour[method], ls=dash, lw=1.0, alpha=0.7,
                          drawstyle="steps-post")
         p = predicted[predicted["run"] == run]
-        axes[1].plot(p["measured_s"], p["predicted_s"], lw=0, marker=st.marker[method], ms=3, alpha=0.5,
-                     color=st.colour[method])
+        if len(p):  # GoSGD's epochs have no predictions
+            axes[1].plot(p["measured_s"], p["predicted_s"], lw=0, marker=st.marker[method], ms=3, alpha=0.5,
+                         color=st.colour[method])
     axes[0].set_xlabel("epoch")
     axes[0].set_ylabel("data ratio r_i (share of its data a platform trains on)")
     axes[0].set_ylim(-0.03, 1.05)
