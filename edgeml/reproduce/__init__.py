@@ -106,6 +106,8 @@ experiment without notes or ledger. ``experiment.toml``::
     targets = [0.9, 1.0]         # optional: check it at these targets (default: the headline target);
                                  # "reached" among them: the highest accuracy (lowest loss), in steps of
                                  # 0.005, that every run of the claim's run and baseline reaches
+    # epochs = [8, 30]           # optional, in the place of targets: read where each run has completed that
+                                 # many epochs (the time for the same epochs; metric = "accuracy" there)
     headline = true              # optional: the paper's abstract or conclusions state it (needs 5 seeds)
     rule = "first"               # optional: the arrival rule it is decided on (window = N with "smoothed")
     reading = { quote = "...", section = "ADSP Sec. 5.2" }   # how the paper defines the quantity (a headline
