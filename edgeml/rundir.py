@@ -747,10 +747,10 @@ def _accuracy_jitter(run: Run) -> float | None:
 
 DERIVED = {"window_prediction_error": _window_prediction_error, "accuracy_jitter": _accuracy_jitter,
            "persistence_error": _persistence_error, "prediction_over_persistence": _prediction_over_persistence}
+"""Quantities read from a run's series beyond ``decisions.csv`` (``Run.decided``), by name."""
 DERIVED_SERIES = ("epochs",)
 """The series the ``DERIVED`` quantities read: a reproduction keeps them whole in every run that has them, drawn
 or not (``edgeml.analysis.figures.compact_run``)."""
-"""Quantities read from a run's series beyond ``decisions.csv`` (``Run.decided``), by name."""
 
 
 def _is_run(p: Path) -> bool:

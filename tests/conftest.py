@@ -107,7 +107,8 @@ def _one_core_beside_the_host_bound(request):
 def _alone_when_marked(request):
     """Under pytest-xdist, a test marked ``alone`` (it times the host: load thresholds, commit rates) runs with no
     other test beside it: it waits for the running ones to end and holds the others back until it ends. Every other
-    test holds a shared lock while it runs; a gate taken first lets a waiting ``alone`` test in before new ones."""
+    test holds a shared lock while it runs; a gate taken first lets a waiting ``alone`` test in before new ones.
+    Fixtures of a wider scope (module, session) are set up outside the lock: keep the timing in the test."""
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
     try:
         import fcntl

@@ -19,16 +19,26 @@ SUITE = {
     "pytest.ini": "[pytest]\nmarkers =\n    alone: runs with nothing beside it\n",
     "record.py": textwrap.dedent("""
         import json, os, time
+        from pathlib import Path
 
-        def span(name, seconds=0.4):
+        def span(name, alone):
+            # The alone test (collected first) holds the host for a second; every other test waits for it to have
+            # run (or 10 s), so that without exclusion one is under way while it runs, whichever starts first.
+            done = Path(os.environ["SPANS"]).with_suffix(".done")
             t0 = time.monotonic()
-            time.sleep(seconds)  # a window in which another worker's test would overlap this one
+            if alone:
+                time.sleep(1.0)
+                done.touch()
+            else:
+                while not done.exists() and time.monotonic() < t0 + 10:
+                    time.sleep(0.02)
             with open(os.environ["SPANS"], "a") as f:
                 f.write(json.dumps([name, t0, time.monotonic()]) + "\\n")
     """),
-    "test_many.py": "import pytest, record\n\n"
-                    "@pytest.mark.parametrize('i', range(8))\ndef test_beside(i):\n    record.span(f'beside{i}')\n",
-    "test_one.py": "import pytest, record\n\n@pytest.mark.alone\ndef test_alone():\n    record.span('alone', 1.0)\n",
+    "test_many.py": "import pytest, record\n\n@pytest.mark.parametrize('i', range(4))\n"
+                    "def test_beside(i):\n    record.span(f'beside{i}', False)\n",
+    "test_a_alone.py": "import pytest, record\n\n@pytest.mark.alone\n"
+                       "def test_alone():\n    record.span('alone', True)\n",
 }
 
 
@@ -42,10 +52,10 @@ def test_a_test_marked_alone_overlaps_no_other(tmp_path):
                        timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     rows = [json.loads(line) for line in spans.read_text().splitlines()]
-    assert len(rows) == 9
+    assert len(rows) == 5
     alone = next(r for r in rows if r[0] == "alone")
     others = [r for r in rows if r[0] != "alone"]
-    # the eight others, two workers: some ran before the alone test and some after, none during it
+    # the four others, on the other worker too: none ran while it did
     assert all(end <= alone[1] or start >= alone[2] for _, start, end in others), rows
 
 

@@ -128,6 +128,18 @@ def test_a_candidate_whose_model_diverged_on_a_tuning_seed_is_never_chosen(tuned
     assert found["1:3"].chosen is None and found["H=1"].chosen == 4
 
 
+def test_the_fallback_from_a_censored_time_looks_at_the_stable_candidates_only(tuned):
+    """At H=1 candidate 4 reached the target on both seeds but diverged on one; 1 never reached it: among the
+    stable candidates every one is censored, so the best mean final value decides (and 1 is chosen)."""
+    exp = load_experiment(tuned)
+    planned = plan(exp)
+    values = {(h, s, seed): ((5 if s == 4 else None), 0.5) for h in ("H=1", "1:3") for s in (1, 4) for seed in (5, 6)}
+    spec = next(s for s in exp.runs if s.name == "tune")
+    blown = {(p.name, p.seed) for p in planned if p.spec == "tune" and p.point["ssp.staleness"] == 4 and p.seed == 5}
+    for c in choices(spec, planned, planned, _per_run(planned, values), "accuracy", blown):
+        assert c.by == "final_accuracy" and c.chosen == 1 and c.unstable == {4: 1}
+
+
 @pytest.mark.parametrize("by, expect", [("final_loss", 1), ("best_accuracy", 1), ("final_accuracy", 1)])
 def test_a_tie_goes_to_the_smaller_value_and_accuracies_are_the_higher_the_better(tuned, by, expect, tmp_path):
     path = tmp_path / "by.toml"

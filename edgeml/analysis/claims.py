@@ -37,9 +37,10 @@ Every claim may also say:
 - ``epochs = [30]`` (whole numbers above 0): the claim is read where each run has completed that many epochs
   (the evaluations' ``epochs`` counter), as a paper that measures "the model training time across different
   epochs" (EdgeGossip Sec. 4.1) reads it: a time, steps or bytes to a target spent on those epochs, or
-  ``metric = "accuracy"`` (or ``"loss"``, ``EVAL_METRICS``, read at epochs only) there, the mean of the last
-  evaluations up to it (``convergence.value_at``). Takes the place of ``targets`` and ``rule``; a run that
-  never completes them is censored (a time) or not measured (an accuracy).
+  ``metric = "accuracy"`` (or ``"loss"``, ``EVAL_METRICS``, read at epochs only) there, the mean of the
+  evaluations over the last of those epochs (``convergence.value_at``). Takes the place of ``targets`` and
+  ``rule``; a run that never completes them (or counts no epoch) is censored (a time) or not measured (an
+  accuracy).
 - ``rule`` (``stays``, ``first``, ``smoothed``, ``stopping``) for a claim on a target: the arrival rule it is
   decided on (default: the experiment's); ``window`` the number of evaluations the ``smoothed`` rule averages.
 - ``reading = { quote = "...", section = "ADSP Sec. 5.2" }``: how the paper itself defines the quantity the
@@ -270,8 +271,8 @@ def parse_claim(raw: dict, where: str, default_baseline: str) -> Claim:
                   "rule takes none")
     epochs = raw.get("epochs")
     if epochs is not None:
-        if not (isinstance(epochs, list) and epochs and len(set(epochs)) == len(epochs) and all(
-                isinstance(e, int) and not isinstance(e, bool) and e > 0 for e in epochs)):
+        if not (isinstance(epochs, list) and epochs and all(isinstance(e, int) and not isinstance(e, bool) and e > 0
+                                                             for e in epochs) and len(set(epochs)) == len(epochs)):
             raise bad("epochs must be a non-empty list of distinct whole numbers above 0, e.g. epochs = [30]")
         if targets is not None or rule is not None:
             raise bad("epochs takes the place of targets and rule: the claim is read where each run has completed "

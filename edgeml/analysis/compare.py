@@ -204,8 +204,6 @@ def claim_samples(runs: list[Run], per_run: pd.DataFrame, metrics: Iterable[str]
             if m in QUANTITIES:
                 q = QUANTITIES[m]
                 for t in targets:
-                    if t.metric not in r.evals:  # a count of epochs in a run that keeps none: not measured
-                        continue
                     hit = reach_run(r, t)
                     v = hit.value(q)
                     rows.append({**base, "metric": m, "target": t.key, "lo": v,

@@ -15,7 +15,7 @@ rises back above 1.0 has not reached 0.9. The rules (``Target.rule``):
 A target may also be a number of completed epochs (``Target("epochs", 30)``, the evaluations' ``epochs``
 column, a counter that never falls: every rule reads it alike): "the training time across different epochs"
 (EdgeGossip Sec. 4.1), the time, steps or bytes a run spends on its first 30 epochs, and ``value_at`` the test
-accuracy (or loss) it has there.
+accuracy (or loss) it has there. A run whose evaluations count no epoch has not reached one.
 
 A run that never got there is **censored**: its time, steps and bytes are known only to exceed what the run
 spent (its duration, its total steps and bytes), and a ``Reach`` says so instead of inventing a number
@@ -171,6 +171,8 @@ def reach(evals: pd.DataFrame, target: Target, end: dict, stop: tuple[float, int
     spent (the bounds of a censored run; ingress optional); ``stop`` = (loss variance threshold, window) for the
     stopping rule."""
     res = resolution(evals)
+    if target.metric not in evals and target.rule != "stopping":  # no epoch counted yet (the column comes with the
+        return Reach({q: float(end.get(q, math.nan)) for q in COLUMNS}, True, res)  # first): not reached
     if target.rule == "stopping":
         i = stopping_index(evals["loss"].to_numpy(dtype=float), *stop)
         rows = evals
@@ -184,16 +186,22 @@ def reach(evals: pd.DataFrame, target: Target, end: dict, stop: tuple[float, int
 
 
 def value_at(evals: pd.DataFrame, target: Target, column: str, window: int = SMOOTH_WINDOW) -> float | None:
-    """``column`` (accuracy, loss) where ``evals`` reaches ``target`` by its rule: the mean of the ``window``
-    evaluations that end there (fewer where the run has fewer before it), so that one noisy evaluation does not
-    decide it; None where the run never reaches the target or has no such column."""
+    """``column`` (accuracy, loss) where ``evals`` reaches ``target`` by its rule: the mean over the evaluations
+    that end there, so that one noisy evaluation does not decide it: for a count of epochs N, those from the first
+    at N - 1 epochs to the first at N (the last epoch, whatever its length: runs compared at the same epochs
+    average over the same training), else the last ``window``. None where the run never reaches the target or
+    has no such column."""
     if target.rule == "stopping" or target.metric not in evals or column not in evals:
         return None
     rows = evals[evals[target.metric].notna()]
-    i = target_index(rows[target.metric].to_numpy(dtype=float), target)
+    values = rows[target.metric].to_numpy(dtype=float)
+    i = target_index(values, target)
     if i is None:
         return None
-    seen = pd.to_numeric(rows[column].iloc[max(0, i - window + 1):i + 1], errors="coerce").dropna()
+    start = max(0, i - window + 1)
+    if target.metric == EPOCHS:
+        start = first_index(values >= target.value - 1) or 0
+    seen = pd.to_numeric(rows[column].iloc[start:i + 1], errors="coerce").dropna()
     return float(seen.mean()) if len(seen) else None
 
 

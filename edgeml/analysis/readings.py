@@ -98,7 +98,7 @@ def check_claims(exp, runs: list[Run], cmp: Comparison, planned: list) -> list[R
             if t is not None and math.isnan(t.value):
                 results.append(no_level(c, t, names, claim_figure(c, planned)))
                 continue
-            key, rule = (t.key, t.rule) if t else ("", "")
+            key, rule = (t.key, t.rule if t.metric != EPOCHS else "") if t else ("", "")  # epochs: any rule alike
             # read once per claim and target: a swept claim's points each pick theirs
             by_other = evaluate(c, samples, others[t].key, names=names, rule=others[t].rule) if t in others else []
             by_ablation = [(name, x) for name, a in ablations

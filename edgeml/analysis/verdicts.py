@@ -767,10 +767,11 @@ def effect_words(claim: Claim, iv: Interval, run: str, base: str, lo_open: bool,
     if claim.kind == "difference" and "accuracy" in claim.metric:
         return f"{run} {bound}{_magnitude(claim, v)} {'less' if lower else 'more'} accurate than {base}"
     if claim.metric == "time_to_target":
-        return f"{run} reaches the target {bound}{_magnitude(claim, v)} {'sooner' if lower else 'later'} than " \
-               f"{base}" if claim.kind == "difference" else \
-            f"{run} takes {bound}{_magnitude(claim, v)} {'less' if lower else 'more'} time than {base} to reach the " \
-            "target"
+        does, do = ("completes the epochs", "complete the epochs") if claim.epochs else \
+            ("reaches the target", "reach the target")
+        return f"{run} {does} {bound}{_magnitude(claim, v)} {'sooner' if lower else 'later'} than {base}" \
+            if claim.kind == "difference" else \
+            f"{run} takes {bound}{_magnitude(claim, v)} {'less' if lower else 'more'} time than {base} to {do}"
     return f"{run}: {noun} {bound}{_magnitude(claim, v)} {'lower' if lower else 'higher'} than {base}'s"
 
 

@@ -102,10 +102,11 @@ def choices(spec: Any, done: list, planned: list, per_run: pd.DataFrame, target_
     out = []
     for setting, candidates in grouped.items():
         by = tunes.by
-        if by == "time_to_target" and all(any(r["censored"] for r in rs) for rs in candidates.values()):
+        unstable = {v: n for v, rs in candidates.items() if (n := sum(r["_diverged"] for r in rs))}
+        if by == "time_to_target" and all(any(r["censored"] for r in rs) for v, rs in candidates.items()
+                                          if v not in unstable):
             by = fallback
         scores = {v: (score(rs, by), len(rs), sum(bool(r["censored"]) for r in rs)) for v, rs in candidates.items()}
-        unstable = {v: n for v, rs in candidates.items() if (n := sum(r["_diverged"] for r in rs))}
         chosen = best({v: s[0] for v, s in scores.items() if v not in unstable}, by)
         c = Choice(dict(setting), scores, by, chosen, sorted(seeds[setting]), unstable=unstable)
         finished = {(p.name, p.seed) for p in mine}
