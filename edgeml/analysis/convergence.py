@@ -171,36 +171,35 @@ def reach(evals: pd.DataFrame, target: Target, end: dict, stop: tuple[float, int
     spent (the bounds of a censored run; ingress optional); ``stop`` = (loss variance threshold, window) for the
     stopping rule."""
     res = resolution(evals)
-    if target.metric not in evals and target.rule != "stopping":  # no epoch counted yet (the column comes with the
-        return Reach({q: float(end.get(q, math.nan)) for q in COLUMNS}, True, res)  # first): not reached
     if target.rule == "stopping":
         i = stopping_index(evals["loss"].to_numpy(dtype=float), *stop)
         rows = evals
     else:
-        rows = evals[evals[target.metric].notna()]
-        i = target_index(rows[target.metric].to_numpy(dtype=float), target)
+        rows, i = _arrival(evals, target)
     if i is None:
         return Reach({q: float(end.get(q, math.nan)) for q in COLUMNS}, True, res)
     row = rows.iloc[i]
     return Reach({q: float(row.get(col, math.nan)) for q, col in COLUMNS.items()}, False, res)
 
 
-def value_at(evals: pd.DataFrame, target: Target, column: str, window: int = SMOOTH_WINDOW) -> float | None:
-    """``column`` (accuracy, loss) where ``evals`` reaches ``target`` by its rule: the mean over the evaluations
-    that end there, so that one noisy evaluation does not decide it: for a count of epochs N, those from the first
-    at N - 1 epochs to the first at N (the last epoch, whatever its length: runs compared at the same epochs
-    average over the same training), else the last ``window``. None where the run never reaches the target or
-    has no such column."""
-    if target.rule == "stopping" or target.metric not in evals or column not in evals:
-        return None
+def _arrival(evals: pd.DataFrame, target: Target) -> tuple[pd.DataFrame, int | None]:
+    """The evaluations that measure ``target``'s metric, and the index among them where the target is reached by
+    its rule (None: not reached, or no such column, as before a run's first epoch is counted)."""
+    if target.metric not in evals:
+        return evals.iloc[:0], None
     rows = evals[evals[target.metric].notna()]
-    values = rows[target.metric].to_numpy(dtype=float)
-    i = target_index(values, target)
-    if i is None:
+    return rows, target_index(rows[target.metric].to_numpy(dtype=float), target)
+
+
+def value_at(evals: pd.DataFrame, target: Target, column: str) -> float | None:
+    """``column`` (accuracy, loss) after ``target``'s count of epochs N: the mean over the evaluations of the Nth
+    epoch, from the first at N - 1 epochs to the first at N, so that one noisy evaluation does not decide it and
+    runs compared at the same epochs average over the same training, whatever their epochs' length. None where
+    the run never completes N epochs or has no such column."""
+    rows, i = _arrival(evals, target)
+    if i is None or column not in evals:
         return None
-    start = max(0, i - window + 1)
-    if target.metric == EPOCHS:
-        start = first_index(values >= target.value - 1) or 0
+    start = first_index(rows[target.metric].to_numpy(dtype=float) >= target.value - 1) or 0
     seen = pd.to_numeric(rows[column].iloc[start:i + 1], errors="coerce").dropna()
     return float(seen.mean()) if len(seen) else None
 

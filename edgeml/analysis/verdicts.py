@@ -735,6 +735,12 @@ TURNED = {"at least ": "at most ", "at most ": "at least ", "": ""}
 """A bound's words said of the other side: a run at least 2x as fast takes at most 1/2 the time."""
 
 
+def _goal(claim: Claim) -> tuple[str, str]:
+    """What a time to a target is the time to, said of the run and as an infinitive."""
+    return ("completes the epochs", "complete the epochs") if claim.epochs else ("reaches the target",
+                                                                                 "reach the target")
+
+
 def effect_words(claim: Claim, iv: Interval, run: str, base: str, lo_open: bool, hi_open: bool) -> str:
     """The measured mean effect in words, oriented to the claim: what the run's metric is against the
     baseline's (``reduction``: "45% lower"; ``ratio``: "1/52 of", "2.1x"; ``difference``: "0.8 pt higher"),
@@ -753,8 +759,7 @@ def effect_words(claim: Claim, iv: Interval, run: str, base: str, lo_open: bool,
             return ""
         inverse = TURNED[bound]
         if claim.metric == "time_to_target":
-            does, do = ("completes the epochs", "complete the epochs") if claim.epochs else \
-                ("reaches the target", "reach the target")
+            does, do = _goal(claim)
             return f"{run} {does} {bound}{v:.3g}x as fast as {base}" if v >= 1 else \
                 f"{run} takes {inverse}{1 / v:.3g}x {base}'s time to {do}"
         return f"{run}: {noun} {inverse}1/{v:.3g} of {base}'s" if v >= 1 else \
@@ -767,8 +772,7 @@ def effect_words(claim: Claim, iv: Interval, run: str, base: str, lo_open: bool,
     if claim.kind == "difference" and "accuracy" in claim.metric:
         return f"{run} {bound}{_magnitude(claim, v)} {'less' if lower else 'more'} accurate than {base}"
     if claim.metric == "time_to_target":
-        does, do = ("completes the epochs", "complete the epochs") if claim.epochs else \
-            ("reaches the target", "reach the target")
+        does, do = _goal(claim)
         return f"{run} {does} {bound}{_magnitude(claim, v)} {'sooner' if lower else 'later'} than {base}" \
             if claim.kind == "difference" else \
             f"{run} takes {bound}{_magnitude(claim, v)} {'less' if lower else 'more'} time than {base} to {do}"
