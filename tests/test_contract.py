@@ -29,7 +29,7 @@ FIRST = {members[0] for members in FAMILIES.values()}
 """The default run checks every algorithm in sim and the first of each family in procs too (a procs run takes
 seconds to start on a busy host); ``-m matrix`` (CI) runs every algorithm on both backends."""
 QUICK = {  # periods short enough that every kind of message occurs within the run
-    "adsp": ["adsp.check_period_s=0.5", "adsp.epoch_s=1.0"],
+    "adsp": ["adsp.check_period_s=0.25", "adsp.epoch_s=1.0"],
     "adacomm": ["adacomm.trial_s=0.3", "adacomm.adapt_period_s=0.5"],
     "fixed_adacomm": ["fixed_adacomm.trial_s=0.3"],
     "edgegossip": ["stop.max_time=10"],  # procs: loading scikit-learn takes seconds on a busy host

@@ -42,7 +42,7 @@ GOLDEN = {
     "bsp": [],
     "ssp": ["ssp.staleness=2"],
     "asp": [],
-    "adsp": ["adsp.check_period_s=0.5", "adsp.epoch_s=2", "adsp.lr_decay_s=2", "adsp.loss_samples=5",
+    "adsp": ["adsp.check_period_s=0.5", "adsp.epoch_s=2", "adsp.lr_decay_s=2", "adsp.trial_periods=2",
              "adsp.probe_samples=256"],
     "adacomm": ["adacomm.trial_s=0.3", "adacomm.adapt_period_s=0.5", "adacomm.lr_decay_s=2"],
     "fixed_adacomm": ["fixed_adacomm.trial_s=0.3", "fixed_adacomm.lr_decay_s=2"],

@@ -221,8 +221,8 @@ def test_time_scale_and_auto_settings():
     a = ADSPConfig().resolve(job)
     assert (a.check_period_s, a.epoch_s, a.lr_decay_s) == (0.5, 10.0, 10.0)
     assert ADSPConfig().check_period_s == 0  # resolve returns a copy
-    a = ADSPConfig(epoch_s=0.6).resolve(job)  # an explicit epoch keeps room for two periods
-    assert (a.check_period_s, a.epoch_s) == (0.3, 0.6)
+    a = ADSPConfig(epoch_s=0.6).resolve(job)  # an explicit epoch keeps room for two trials of two periods
+    assert (a.check_period_s, a.epoch_s) == (0.15, 0.6)
     a = ADSPConfig(check_period_s=60.0, epoch_s=1200.0, lr_decay_s=600.0).resolve(job)  # explicit values stay
     assert (a.check_period_s, a.epoch_s, a.lr_decay_s) == (60.0, 1200.0, 600.0)
     assert ADSPConfig(check_period_s=2.0).resolve(job).epoch_s == 40.0

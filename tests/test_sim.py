@@ -36,6 +36,27 @@ def test_bsp_with_one_worker_equals_plain_sgd():
     assert not torch.equal(ps.exposed, job.init_params)
 
 
+def test_bsp_with_a_decaying_rate_and_one_worker_equals_plain_sgd_at_each_steps_rate():
+    """``bsp.lr_decay`` (a baseline tuned as ADSP's local rate is, Sec. 5.1): step k, starting at k * 0.1 s
+    (0.1 s steps, no latency), moves by eta'(t) = 0.05 * 0.5^(t / 0.3); computed here with a plain trainer."""
+    kernel, _, status, _ = simulate("run.algorithm='bsp'", "cluster.workers=1", "stop.max_steps=25",
+                                    "stop.max_time=0", "bsp.lr=0.05", "bsp.global_lr=1.0", "bsp.lr_decay=0.5",
+                                    "bsp.lr_decay_s=0.3", "cluster.base_step_s=0.1", "network.latency_s=0")
+    assert status == "completed"
+    ps = kernel.nodes[kernel.roles["ps"][0]]
+    job = prepare(kernel.job.cfg)[0]
+    ref = job.trainer(0)
+    for k in range(ps.counters.messages_recv):
+        ref.gradient()
+        ref.sgd(0.05 * 0.5 ** (k * 0.1 / 0.3))
+    assert torch.allclose(ps.exposed, ref.params, rtol=0, atol=1e-6)
+    constant = job.trainer(0)  # and the decay matters: the constant rate ends elsewhere
+    for _ in range(ps.counters.messages_recv):
+        constant.gradient()
+        constant.sgd(0.05)
+    assert not torch.allclose(ps.exposed, constant.params, rtol=0, atol=1e-4)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("hetero", ["homogeneous", "1:2:5"])
 def test_ssp_with_bound_zero_equals_bsp(hetero):

@@ -9,17 +9,29 @@ Nodes: a parameter server, a scheduler and M workers (ADSP Fig. 2).
 - **PS** (Alg. 2): W <- W - eta U_i on each commit, with eta = 1/M (Sec. 5.1), and returns W at once.
 - **Scheduler** (Alg. 1): time is cut into check periods of Gamma seconds, grouped into epochs. At each
   checkpoint it sends the target total commit count C_target, and worker i makes dC_i = C_target - c_i
-  commits in the next period (Sec. 4.1). At each epoch start it searches the commit rate online: one period
-  at rate 1 (C_target = max_i c_i + 1, Alg. 1 line 3), then rate 2, ..., as long as the reward improves,
-  then keeps the best rate for the rest of the epoch. Training never stops for the search.
+  commits in the next period (Sec. 4.1). At each epoch start it searches the commit rate online (Alg. 1's
+  DECIDECOMMITRATE): a trial at rate 1 (C_target = max_i c_i + 1, Alg. 1 line 3), one at rate 2; if 2 earns
+  the larger reward the recursion measures 2 anew and then 3, and so on; the first rate that its successor
+  does not beat is kept for the rest of the epoch. Training never stops for the search.
 
 Choices where the paper is open (the numeric ones are config fields below):
 
 - *What the search varies.* Applied literally with fresh c_i, Alg. 1's "C_target + 1" would ask every worker
   for a single commit in the second trial. We read C_target - max_i c_i as the commit rate dC (commits per
   period, Fig. 3's x-axis): within an epoch C_target advances by dC every period, so a worker that fell
-  behind gets its deficit on top (dC_i = C_target - c_i). A candidate's reward measured in one comparison is
-  reused in the next instead of being measured again, so every trial takes one period.
+  behind gets its deficit on top (dC_i = C_target - c_i). ``reward_reuse`` reuses the kept candidate's reward
+  in the next comparison instead of measuring it anew, as the authors' public code does.
+- *What a trial measures.* A trial runs ``trial_periods`` check periods and its reward is fitted to the
+  global loss at its checkpoints (start, each period's end: 3 samples by default, Sec. 4.2's "start, middle
+  and end"). Within a period the samples would measure the commit schedule, not the rate: every timer starts
+  at the checkpoint (Alg. 2 line 3), so at rate 1 all workers commit together at the period's end and the
+  global model stays put until then, while at rate 4 it moves four times. At a checkpoint every worker has
+  made its dC_i commits, the last one Gamma - O_i after the period's start whatever the rate, so the global
+  model holds the same share of the work at every rate and trials on one underlying curve tie.
+- *The untrained model's plateau.* At the run's start the loss falls ever faster (a concave curve that the
+  O(1/t) model cannot describe), so a first trial there looks slower than any later one. ``burn_in =
+  "bend"`` trains at Alg. 1's first rate until three successive checkpoint samples show the convex shape
+  the reward's model assumes (``bent``), at most half an epoch, before the first search.
 - *Who computes dC_i.* The scheduler broadcasts C_target and each worker subtracts its own commit count:
   the same formula, but exact even while a commit is still in flight to the PS. A worker never exceeds
   C_target.
@@ -32,11 +44,9 @@ Choices where the paper is open (the numeric ones are config fields below):
   worker starts with a timed pull of the model whose request is as large as a commit (``LocalWorker.
   timed_pull``), so the first O_i is a commit's round trip on that worker's link, measured through the node
   interface on either backend; afterwards O_i is the duration of the worker's last commit.
-- *Global loss for the reward.* The scheduler pulls W from the PS and evaluates it on a fixed sample of
-  ``probe_samples`` training examples, at ``loss_samples`` evenly spaced times of each period (the paper's
-  "e.g. at the start, middle and end" is 3; we default to 5, as 3 samples and 3 parameters interpolate
-  noise). The end sample of a period is the start sample of the next. Evaluation costs the scheduler's host
-  time but no training time.
+- *Global loss for the reward.* At each checkpoint the scheduler pulls W from the PS and evaluates it on a
+  fixed sample of ``probe_samples`` training examples. The end sample of a trial is the start sample of the
+  next. Evaluation costs the scheduler's host time but no training time.
 - *The reward* (Sec. 4.2): fit l = 1/(a1^2 t + a2) + a3, r = a1^2 / (1/(l* - a3) - a2): the inverse of the
   predicted time to reach l*, with t on the run's clock (``reward_clock = "run"``, the default), so that two
   trials on one O(1/t) curve predict the same time and tie, whichever starts first: the reward is meant "to
@@ -58,8 +68,9 @@ Choices where the paper is open (the numeric ones are config fields below):
 Known differences of the authors' public code that we do not follow: a minimum of 10 s between commits, 40
 local steps before the first commit, and C_target carried over between epochs so that it never decreased.
 
-Time series: ``decisions`` rows name = c_target, commit_rate, mu_implicit (one per period), reward (one per
-trial) and target_loss (one per comparison); ``trials`` (per comparison, both trials: epoch, rate, reward,
+Time series: ``decisions`` rows name = c_target, commit_rate, mu_implicit (one per period), burn_in (one per
+period before the first search), reward (the second trial's, one per comparison) and target_loss (one per
+comparison); ``trials`` (per comparison, both trials: epoch, rate, reward,
 rule, degenerate, a1, a2, a3, r2, rmse, samples, target, first and last loss, trial_start); ``settings``
 (the resolved time settings, once); ``commits`` (checkpoint, worker, commits, target: the
 PS's commit count of every worker at every checkpoint, Theorem 2); ``staleness`` (worker, staleness, steps:
@@ -89,19 +100,27 @@ if TYPE_CHECKING:
 class ADSPConfig(LocalSGDConfig):
     check_period_s: float = ranged(0.0, ge=0, zero="auto, kit.time_scale")
     """Check period Gamma in seconds (Sec. 5.1: 60 s). 0 (auto): ``kit.time_scale``, 20 steps of the fastest
-    device or 1/40 of the time budget, whichever is longer (at most half an explicit ``epoch_s``)."""
+    device or 1/40 of the time budget, whichever is longer (at most ``epoch_s`` / (2 ``trial_periods``))."""
     epoch_s: float = ranged(0.0, ge=0, zero="auto, 20 check periods")
     """Epoch length in seconds: the commit-rate search restarts every epoch (Sec. 5.1: 20 minutes). 0 (auto):
     20 check periods, the paper's ratio."""
     fixed_rate: int = ranged(0, ge=0, zero="search the rate online")
     """Commit rate dC per check period; 0 searches it online (Alg. 1), > 0 fixes it (Fig. 3 sweeps)."""
-    loss_samples: int = ranged(5, ge=3)
-    """Global-loss samples per check period for the reward fit, evenly spaced from start to end (Sec. 4.2's
-    example is 3: start, middle, end); >= 3."""
+    trial_periods: int = ranged(2, ge=2)
+    """Check periods per search trial; the reward is fitted to the global loss at the trial's checkpoints,
+    ``trial_periods`` + 1 samples (2: start, middle and end, Sec. 4.2's example); >= 2."""
+    burn_in: Literal["bend", "none"] = "bend"
+    """Before the run's first search: ``bend`` trains at the first rate until the checkpoint losses bend
+    (``bent``), at most half an epoch; ``none`` searches from the untrained model."""
+    reward_reuse: bool = False
+    """False (Alg. 1 lines 8-12): each comparison measures both candidates, the kept one anew. True (the
+    authors' public code): the kept candidate's reward from the previous comparison stands for it."""
     probe_samples: int = ranged(512, ge=1)
     """Training examples (a fixed random sample) on which the scheduler evaluates the global loss."""
-    target_ratio: float = ranged(0.5, gt=0, lt=1)
-    """Reward target l* = this fraction of the lowest loss sampled in the two trials compared."""
+    target_ratio: float = ranged(0.8, gt=0, lt=1)
+    """Reward target l* = this fraction of the lowest loss sampled in the two trials compared: near enough
+    that the fitted curves are compared where their samples hold them (a farther target amplifies a few
+    samples' unevenness: ``test_adsp``'s shared-progress trials agree within 10% at 0.8, up to 1.3x at 0.5)."""
     target_loss: float = ranged(0.0, ge=0, zero="use target_ratio")
     """Fixed reward target l*; 0 uses ``target_ratio``."""
     reward_clock: Literal["run", "trial"] = "run"
@@ -112,13 +131,16 @@ class ADSPConfig(LocalSGDConfig):
 
     def validate(self, cfg) -> None:
         """The one rule over several fields (each number's range is declared with its field)."""
-        if self.check_period_s and self.epoch_s and self.epoch_s < 2 * self.check_period_s:
-            raise UserError(f"adsp.epoch_s = {self.epoch_s}: must be >= 2 * check_period_s = "
-                            f"{2 * self.check_period_s:g} (the search compares at least two periods)")
+        least = 2 * self.trial_periods
+        if not self.fixed_rate and self.check_period_s and self.epoch_s and self.epoch_s < least * self.check_period_s:
+            raise UserError(f"adsp.epoch_s = {self.epoch_s}: must be >= {least} * check_period_s = "
+                            f"{least * self.check_period_s:g} (the search compares two trials of "
+                            f"adsp.trial_periods = {self.trial_periods} periods)")
 
     def resolve(self, job) -> "ADSPConfig":
         a = super().resolve(job)
-        gamma = a.check_period_s or (min(time_scale(job), a.epoch_s / 2) if a.epoch_s else time_scale(job))
+        least = 2 * a.trial_periods
+        gamma = a.check_period_s or (min(time_scale(job), a.epoch_s / least) if a.epoch_s else time_scale(job))
         return dataclasses.replace(a, check_period_s=gamma, epoch_s=a.epoch_s or 20 * gamma)
 
 
@@ -297,11 +319,19 @@ def _probe(node: Node, n: int):
     return node.evaluator(ds.x_train[idx], ds.y_train[idx])
 
 
+def bent(losses) -> bool:
+    """True when three successive checkpoint losses fall, the second drop no larger than the first: the
+    convex shape of Sec. 4.2's O(1/t) model (an untrained model's plateau is concave: its loss falls ever
+    faster)."""
+    first, second = losses[-3] - losses[-2], losses[-2] - losses[-1]
+    return 0 < second <= first
+
+
 def adsp_scheduler(node: Node) -> None:
     a = node.algo.resolve(node.job)
     ps, workers = node.ranks("ps")[0], node.ranks("worker")
     probe = _probe(node, a.probe_samples)
-    gamma, n = a.check_period_s, a.loss_samples
+    gamma = a.check_period_s
 
     def state(with_params: bool):
         node.send(ps, "query", params=with_params)
@@ -313,14 +343,17 @@ def adsp_scheduler(node: Node) -> None:
         return t, probe(st["params"])[0], st  # evaluating takes the scheduler's host time, not training time
 
     checkpoint, epoch = 0, 0
-    st, loss = state(False), None
+    t, loss, st = sample()
+    history = [loss]  # the checkpoint losses before the first search (the burn-in's)
     now = node.now()  # checkpoints lie on a fixed grid, however long the evaluations take
     while True:  # one epoch (Alg. 1 MAINFUNCTION)
-        epoch_end = now + a.epoch_s - 1e-9
+        epoch_start, epoch_end = now, now + a.epoch_s - 1e-9
         c_target = int(st["counts"].max())  # Alg. 1 line 3: C_target = max_i c_i + rate, rate = 1 first
         rate = a.fixed_rate or 1
-        searching = not a.fixed_rate
-        best = None  # (rate, times, losses) of the best trial so far
+        # what the periods are for: "burn" (before the run's first search), "search" (trials), "kept"
+        mode = "kept" if a.fixed_rate else ("burn" if epoch == 0 and a.burn_in == "bend" else "search")
+        first = None  # (rate, times, losses): the comparison's first trial
+        times, losses = [t], [loss]  # the current trial's checkpoint samples
         while now < epoch_end:  # one check period, from the checkpoint at `now`
             c_target += rate
             start_counts = st["counts"].clone()
@@ -328,44 +361,52 @@ def adsp_scheduler(node: Node) -> None:
                 node.send(w, "target", c_target=c_target, start=now)
             node.log("decisions", name="c_target", value=c_target, epoch=epoch, rate=rate)
             node.log("decisions", name="commit_rate", value=rate, epoch=epoch, rate=rate)
-            if loss is None:  # the very first sample; later ones are the previous period's last
-                t, loss, st = sample()
-            times, losses = [t], [loss]
-            for j in range(1, n):
-                node.sleep(now + j * gamma / (n - 1) - node.now())
-                t, loss, st = sample()
-                times.append(t)
-                losses.append(loss)
+            if mode == "burn":
+                node.log("decisions", name="burn_in", value=1, epoch=epoch, rate=rate)
+            node.sleep(now + gamma - node.now())
             now += gamma
             checkpoint += 1
+            t, loss, st = sample()
             for i, c in enumerate(st["counts"].tolist()):
                 node.log("commits", checkpoint=checkpoint, worker=i, commits=c, target=c_target)
             # Eq. (3) with this period's rates and each worker's mean speed (steps reported / time reported)
             dc = (c_target - start_counts).tolist()
             v = (st["steps"].double() / st["last"].clamp(min=1e-9)).tolist()
             node.log("decisions", name="mu_implicit", value=mu_implicit(gamma, dc, v), epoch=epoch, rate=rate)
-            if not searching:
+            if mode == "burn":  # the search starts once the curve has bent, or after half an epoch
+                history.append(loss)
+                if (len(history) >= 3 and bent(history)) or now - epoch_start >= a.epoch_s / 2 - 1e-9:
+                    mode, times, losses = "search", [t], [loss]
                 continue
-            trial = (rate, times, losses)
-            if best is None:
-                best, rate = trial, rate + 1
+            if mode != "search":
                 continue
-            target = a.target_loss or a.target_ratio * min(min(best[2]), min(losses))
-            fit_best = fit_reward(best[1], best[2], target, clock=a.reward_clock)
-            fit_new = fit_reward(times, losses, target, clock=a.reward_clock)
+            times.append(t)
+            losses.append(loss)
+            if len(times) <= a.trial_periods:  # the trial goes on
+                continue
+            trial, times, losses = (rate, times, losses), [t], [loss]
+            if first is None:
+                first, rate = trial, rate + 1
+                continue
+            target = a.target_loss or a.target_ratio * min(min(first[2]), min(trial[2]))
+            fit_first = fit_reward(first[1], first[2], target, clock=a.reward_clock)
+            fit_new = fit_reward(trial[1], trial[2], target, clock=a.reward_clock)
             node.log("decisions", name="target_loss", value=target, epoch=epoch, rate=rate)
-            for tr, fit in ((best, fit_best), (trial, fit_new)):
+            for tr, fit in ((first, fit_first), (trial, fit_new)):
                 node.log("trials", epoch=epoch, rate=tr[0], **dataclasses.asdict(fit), samples=len(tr[2]),
                          target=target, loss_first=tr[2][0], loss_last=tr[2][-1], trial_start=tr[1][0])
             node.log("decisions", name="reward", value=fit_new.reward, epoch=epoch, rate=rate)
-            if fit_new.reward > fit_best.reward:  # Alg. 1 line 11: keep increasing while the reward improves
-                best, rate = trial, rate + 1
-            else:
-                rate, searching = best[0], False
+            if fit_new.reward > fit_first.reward:  # Alg. 1 lines 11-12: recurse with C_target + 1
+                if a.reward_reuse:  # the authors' code: its reward stands for it in the next comparison
+                    first, rate = trial, rate + 1
+                else:  # DECIDECOMMITRATE(C_target + 1) measures it anew (line 8), then C_target + 2
+                    first = None
+            else:  # line 14: keep C_target for the rest of the epoch
+                rate, mode = first[0], "kept"
         epoch += 1
 
 
 register(AlgorithmSpec("adsp", "Adaptive synchronous parallel: no waiting, commit rates searched online",
                        ADSPConfig, ps_nodes(adsp_server, adsp_worker, ("scheduler", adsp_scheduler)),
                        "ADSP Sec. 3-4, Alg. 1-2", preload=("scipy.optimize",), display="ADSP",  # the reward fit
-                       decisions=("c_target", "commit_rate", "mu_implicit", "target_loss", "reward")))
+                       decisions=("c_target", "commit_rate", "mu_implicit", "target_loss", "reward", "burn_in")))

@@ -67,9 +67,18 @@ class PSConfig:
     """Local learning rate eta': a worker's update is U = eta' g."""
     global_lr: float = ranged(0.0, ge=0, zero="1/M for M workers")
     """Global learning rate eta at the PS; 0 means 1/M for M workers."""
+    lr_decay: float = ranged(1.0, gt=0, le=1)
+    """eta' is multiplied by this every ``lr_decay_s`` seconds of the run's clock (exponential decay, as ADSP
+    Sec. 5.1's local rate: a baseline tuned alike); 1: constant."""
+    lr_decay_s: float = ranged(600.0, gt=0)
+    """Time constant of the decay, in seconds of the run's clock."""
 
     def eta(self, num_workers: int) -> float:
         return self.global_lr or 1.0 / num_workers
+
+    def local_lr(self, t: float) -> float:
+        """eta' at time ``t`` of the run's clock."""
+        return self.lr if self.lr_decay == 1 else local_lr(self.lr, self.lr_decay, self.lr_decay_s, t)
 
 
 @dataclass
@@ -90,9 +99,6 @@ class LocalSGDConfig(PSConfig):
     def resolve(self, job) -> "LocalSGDConfig":
         """A copy with every auto (0) time setting derived from the run; every node derives the same values."""
         return dataclasses.replace(self, lr_decay_s=self.lr_decay_s or 20 * time_scale(job))
-
-    def local_lr(self, t: float) -> float:
-        return local_lr(self.lr, self.lr_decay, self.lr_decay_s, t)
 
     def log_settings(self, node: Node) -> None:
         """One ``settings`` row with the resolved time settings, so the run directory says what auto chose."""
@@ -221,7 +227,9 @@ def ps_worker(node: Node, pack: Pack = dense, *, scaled: bool = True,
     trainer = node.trainer()
     ps = node.ranks("ps")[0]
     cfg = node.algo
-    lr, spans = cfg.lr, trainer.spans
+    spans = trainer.spans
+    lr = cfg.lr  # eta' of the step: ``PSConfig.local_lr``, constant unless it decays
+    decays = scaled and getattr(cfg, "lr_decay", 1) != 1  # a PS that applies the rate itself (not scaled): none
 
     def step() -> tuple[float, dict[str, Any]]:
         loss = trainer.gradient()
@@ -229,6 +237,8 @@ def ps_worker(node: Node, pack: Pack = dense, *, scaled: bool = True,
 
     reply = None
     while True:
+        if decays:
+            lr = cfg.local_lr(node.now())  # at the step's start
         loss, packed = node.compute(step, samples=trainer.batch_size)
         node.push(ps, "push", **packed, **fields(loss, reply))
         node.count("commits")
