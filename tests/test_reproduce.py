@@ -3,6 +3,8 @@ runs, and the quick baselines reproduction end to end."""
 
 from __future__ import annotations
 
+import math
+
 import csv
 import json
 import re
@@ -763,6 +765,12 @@ def test_the_report_shows_what_each_searched_run_settled_on_beside_the_best_fixe
         rates = d[d["name"] == "commit_rate"].sort_values("time_s", kind="stable")["value"]
         row = f"| searched | {seed} | {rates.iloc[-1]:.4g} | {rates.mean():.4g} |"
         assert row in report, report
+        # and how far behind the best fixed rate's mean time it lies, in evaluation intervals
+        mine = per_run[(per_run["run"] == "searched") & (per_run["seed"] == seed)].iloc[0]
+        line = next(x for x in report.splitlines() if x.startswith(row))
+        if not mine["censored"] and math.isfinite(times[best]):
+            interval = float(r.evals["time_s"].diff().median())
+            assert line.endswith(f"| {(mine['time_to_target'] - times[best]) / interval:+.1f} |"), line
     assert report.count(f"| {best:g} (") == 2
 
 

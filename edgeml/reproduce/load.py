@@ -96,7 +96,8 @@ class FigureGroup:
     """``{ decision = "commit_rate", fixed = "adsp.fixed_rate" }``: a table under the figure of what each run that
     searches the value online (the config key ``fixed`` unset or 0) settled on (the last ``decision`` it logged)
     beside the group's best fixed value (the runs that fix ``fixed``, the value with the least mean time to the
-    target)."""
+    target), and how far its time lies from that value's, in evaluation intervals. ``rule = "stopping"`` (any of
+    ``convergence.RULES``) reads the times by that rule instead of the experiment's."""
     per_class: bool = False
     """A table under the figure of each run's final accuracy per class (mean over its seeds), for the runs that
     recorded it (``eval.per_class``)."""
@@ -357,9 +358,14 @@ def _figure_group(where: str, raw: dict, known: set[str]) -> FigureGroup:
     g = _typed(FigureGroup(), f"figures[{f['id']}]", {k: v for k, v in f.items() if k != "against"}, where)
     g.text, g.against = g.text.strip(), typed
     if g.settled:
-        if set(g.settled) != {"decision", "fixed"} or not all(isinstance(v, str) and v for v in g.settled.values()):
-            raise UserError(f"{where}: figure {f['id']!r}: settled names a decision and the key that fixes it: "
-                            f"settled = {{ decision = \"commit_rate\", fixed = \"adsp.fixed_rate\" }}")
+        from edgeml.analysis.convergence import RULES
+
+        if not {"decision", "fixed"} <= set(g.settled) <= {"decision", "fixed", "rule"} \
+                or not all(isinstance(v, str) and v for v in g.settled.values()) \
+                or g.settled.get("rule", RULES[0]) not in RULES:
+            raise UserError(f"{where}: figure {f['id']!r}: settled names a decision and the key that fixes it, and "
+                            f"optionally the rule times are read by ({', '.join(RULES)}): settled = {{ decision = "
+                            f"\"commit_rate\", fixed = \"adsp.fixed_rate\", rule = \"stopping\" }}")
         _labels(where, {g.settled["fixed"]: "x"}, what=f"figure {f['id']!r} settled.fixed")
     if g.runs is not None and (not isinstance(g.runs, list) or not g.runs
                                or not all(isinstance(r, str) and r for r in g.runs)):

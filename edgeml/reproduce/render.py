@@ -289,16 +289,20 @@ def _figure_sections(r: Report) -> list[str]:
 def _settled(r: Report, settled: dict, members: set[str]) -> list[str]:
     """``[[figures]] settled``: what each run that searched a value online settled on, beside the group's best
     fixed value (the least mean time to the target over its seeds; a value with a censored seed counts as
-    never reaching it)."""
+    never reaching it), and how far its own time lies from that mean, in evaluation intervals."""
+    from edgeml.analysis.convergence import Target, reach_run
+
     decision, key = settled["decision"], settled["fixed"]
     runs = [x for x in r.runs if x.label in members]
-    times = r.cmp.per_run.set_index("path") if r.cmp is not None else None
+    target = r.cmp.target if r.cmp is not None else None
+    if target is not None and settled.get("rule"):
+        target = Target(target.metric, target.value, settled["rule"])
 
     def time(x: Run) -> float:
-        if times is None or str(x.path) not in times.index:
+        if target is None:
             return math.nan
-        row = times.loc[str(x.path)]
-        return math.inf if bool(row["censored"]) else float(row["time_to_target"])
+        at = reach_run(x, target)
+        return math.inf if at.censored else at.time_s
 
     def fixed(x: Run) -> float:
         return float(flat_config(x).get(key) or 0)
@@ -312,19 +316,24 @@ def _settled(r: Report, settled: dict, members: set[str]) -> list[str]:
     searched = [x for x in runs if fixed(x) == 0 and x.last_decided(decision) is not None]
     if not searched:
         return []
-    target = r.cmp.target if r.cmp is not None else None
 
     def secs(t: float) -> str:
         return "never" if t == math.inf else "-" if math.isnan(t) else f"{t:.0f} s"
 
+    def behind(x: Run) -> str:  # the run's time less the best fixed value's mean, in evaluation intervals
+        interval = float(x.evals["time_s"].diff().median()) if len(x.evals) > 1 else math.nan
+        gap = time(x) - means[best] if best is not None else math.nan
+        return "-" if not math.isfinite(gap) or not interval > 0 else f"{gap / interval:+.1f}"
+
     best_text = "-" if best is None else f"{best:g} ({secs(means[best])})"
     rows = [[x.label, str(x.seed), f"{x.last_decided(decision):.4g}", f"{x.decided(decision):.4g}", secs(time(x)),
-             best_text] for x in searched]
+             best_text, behind(x)] for x in searched]
     what = f"time to {target}" if target else "time to the target"
     return [f"What each run that searched its `{decision}` online settled on (the last value it decided), beside "
-            f"the best of this group's runs that fix it (`{key}`; the least mean {what} over their seeds):", "",
-            md_table(["run", "seed", "settled on", "mean over the run", what, "best fixed (its mean time)"], rows),
-            ""]
+            f"the best of this group's runs that fix it (`{key}`; the least mean {what} over their seeds), and how "
+            "many evaluation intervals the searched run's time lies behind that mean (+) or ahead of it (-):", "",
+            md_table(["run", "seed", "settled on", "mean over the run", what, "best fixed (its mean time)",
+                      "behind (intervals)"], rows), ""]
 
 
 def _tuning(r: Report, specs: list) -> list[str]:
