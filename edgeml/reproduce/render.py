@@ -328,7 +328,7 @@ def _settled(r: Report, settled: dict, members: set[str]) -> list[str]:
     best_text = "-" if best is None else f"{best:g} ({secs(means[best])})"
     rows = [[x.label, str(x.seed), f"{x.last_decided(decision):.4g}", f"{x.decided(decision):.4g}", secs(time(x)),
              best_text, behind(x)] for x in searched]
-    what = f"time to {target}" if target else "time to the target"
+    what = f"time to {target.short if target.rule == 'stopping' else target}" if target else "time to the target"
     return [f"What each run that searched its `{decision}` online settled on (the last value it decided), beside "
             f"the best of this group's runs that fix it (`{key}`; the least mean {what} over their seeds), and how "
             "many evaluation intervals the searched run's time lies behind that mean (+) or ahead of it (-):", "",
