@@ -740,6 +740,13 @@ sweep = { "adsp.fixed_rate" = [1, 4] }
 name = "searched"
 algorithm = "adsp"
 figure = "rates"
+
+[[runs]]
+name = "elsewhere"
+algorithm = "adsp"
+figure = "rates"
+seeds = [0]
+config = { cluster = { hetero = "1:1:2" } }
 """
 
 
@@ -771,7 +778,8 @@ def test_the_report_shows_what_each_searched_run_settled_on_beside_the_best_fixe
         if not mine["censored"] and math.isfinite(times[best]):
             interval = float(r.evals["time_s"].diff().median())
             assert line.endswith(f"| {(mine['time_to_target'] - times[best]) / interval:+.1f} |"), line
-    assert report.count(f"| {best:g} (") == 2
+    assert report.count(f"| {best:g} (") == 2  # the best fixed rate of the runs' own setting...
+    assert any(x.startswith("| elsewhere | 0 |") and x.endswith("| - | - |") for x in report.splitlines())  # none here
 
 
 def test_a_point_layer_sets_a_value_for_one_point_of_the_sweep_only(tmp_path, toy):

@@ -7,6 +7,7 @@ reads is decided in ``edgeml.analysis``.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import shutil
@@ -30,6 +31,7 @@ from edgeml.analysis.readings import check_claims, diagnosis_cause, undiagnosed
 from edgeml.analysis.verdicts import (FAR, HEADLINE_MARK, HOLDS_SHARE, VERDICT_FIELDS, Result, owes_diagnosis,
                                      verdict_row)
 from edgeml.errors import UserError
+from edgeml.schema import COMMON_SECTIONS
 import edgeml.reproduce.tuning as tuning
 from edgeml.reproduce.load import Experiment
 from edgeml.reproduce.plan import PlannedRun
@@ -307,12 +309,19 @@ def _settled(r: Report, settled: dict, members: set[str]) -> list[str]:
     def fixed(x: Run) -> float:
         return float(flat_config(x).get(key) or 0)
 
-    by_value: dict[float, list[dict]] = {}
+    def world(x: Run) -> str:  # the setting a run searched or fixed the value in: its common config sections
+        flat = flat_config(x)
+        return json.dumps({k: v for k, v in flat.items() if k.split(".")[0] in COMMON_SECTIONS
+                           and k.split(".")[0] != "run"}, sort_keys=True, default=str)
+
+    by_value: dict[str, dict[float, list[dict]]] = {}
     for x in runs:
         if fixed(x) > 0:
-            by_value.setdefault(fixed(x), []).append({"time_to_target": time(x), "censored": time(x) == math.inf})
-    means = {v: tuning.score(rows, "time_to_target") for v, rows in by_value.items()}  # NaN where one is unmeasured
-    best = tuning.best(means, "time_to_target")
+            by_value.setdefault(world(x), {}).setdefault(fixed(x), []).append(
+                {"time_to_target": time(x), "censored": time(x) == math.inf})
+    means = {w: {v: tuning.score(rows, "time_to_target") for v, rows in values.items()}  # NaN where one is unmeasured
+             for w, values in by_value.items()}
+    best = {w: tuning.best(m, "time_to_target") for w, m in means.items()}
     searched = [x for x in runs if fixed(x) == 0 and x.last_decided(decision) is not None]
     if not searched:
         return []
@@ -320,18 +329,23 @@ def _settled(r: Report, settled: dict, members: set[str]) -> list[str]:
     def secs(t: float) -> str:
         return "never" if t == math.inf else "-" if math.isnan(t) else f"{t:.0f} s"
 
+    def best_text(x: Run) -> str:
+        b = best.get(world(x))
+        return "-" if b is None else f"{b:g} ({secs(means[world(x)][b])})"
+
     def behind(x: Run) -> str:  # the run's time less the best fixed value's mean, in evaluation intervals
         interval = float(x.evals["time_s"].diff().median()) if len(x.evals) > 1 else math.nan
-        gap = time(x) - means[best] if best is not None else math.nan
+        b = best.get(world(x))
+        gap = time(x) - means[world(x)][b] if b is not None else math.nan
         return "-" if not math.isfinite(gap) or not interval > 0 else f"{gap / interval:+.1f}"
 
-    best_text = "-" if best is None else f"{best:g} ({secs(means[best])})"
     rows = [[x.label, str(x.seed), f"{x.last_decided(decision):.4g}", f"{x.decided(decision):.4g}", secs(time(x)),
-             best_text, behind(x)] for x in searched]
+             best_text(x), behind(x)] for x in searched]
     what = f"time to {target.short if target.rule == 'stopping' else target}" if target else "time to the target"
     return [f"What each run that searched its `{decision}` online settled on (the last value it decided), beside "
-            f"the best of this group's runs that fix it (`{key}`; the least mean {what} over their seeds), and how "
-            "many evaluation intervals the searched run's time lies behind that mean (+) or ahead of it (-):", "",
+            f"the best of this group's runs that fix it in the same setting (`{key}`; the least mean {what} over "
+            "their seeds), and how many evaluation intervals the searched run's time lies behind that mean (+) or "
+            "ahead of it (-):", "",
             md_table(["run", "seed", "settled on", "mean over the run", what, "best fixed (its mean time)",
                       "behind (intervals)"], rows), ""]
 
