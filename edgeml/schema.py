@@ -315,6 +315,9 @@ class LoadSection:
 
 FORMER_DEFAULTS: dict[str, object] = {
     "adsp.reward_clock": "trial",
+    "adsp.trial_sampling": "within",
+    "adsp.burn_in": "none",
+    "adsp.reward_reuse": True,
     "adacomm.reward_clock": "trial",
     "fixed_adacomm.reward_clock": "trial",
     "snap.stages": "continue",

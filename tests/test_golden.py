@@ -13,6 +13,8 @@ CHANGELOG)::
 The comparison covers the golden file's columns, as text, so a column added to ``evals.csv`` later does not
 break it while every value the golden holds must match exactly.
 
+On an AVX-512 host, ``ATEN_CPU_CAPABILITY=avx2`` makes torch dispatch as on the AVX2 host that recorded them.
+
 Bits depend on torch's version and the CPU's vector extensions as well as on the algorithm, so the goldens record
 both (``golden/platform.json``) and the comparison is skipped, saying why, on another platform: there, regenerate
 them first (on the commit before a change) and compare against those. One column is compared to a tolerance,
@@ -61,13 +63,22 @@ GOLDEN = {
     "edgegossip": ["edgegossip.method='hash_kmeans'", "edgegossip.ratio=5"],
 }
 
+VARIANTS = {
+    "adsp-within": ("adsp", ["adsp.check_period_s=0.5", "adsp.epoch_s=2", "adsp.lr_decay_s=2", "adsp.loss_samples=5",
+                             "adsp.probe_samples=256", "adsp.trial_sampling='within'", "adsp.burn_in='none'",
+                             "adsp.reward_reuse=true", "adsp.target_ratio=0.5"]),
+}
+"""Settings that keep an earlier computation of an algorithm, each with its golden in ``golden/variants/``: ADSP's
+search as it was before its trials were sampled at checkpoints (the golden is the ``adsp`` golden of that
+version), so that runs made then stay runs of this version's configuration."""
 
-def golden_run(algorithm: str, out: Path) -> Path:
+
+def golden_run(algorithm: str, out: Path, settings: list[str] | None = None) -> Path:
     from edgeml.config import load_config
     from edgeml.runner import run
 
-    overrides = [f"run.algorithm='{algorithm}'", *COMMON, *GOLDEN[algorithm], f"run.out='{out}'",
-                 f"run.name='{algorithm}'"]
+    overrides = [f"run.algorithm='{algorithm}'", *COMMON, *(GOLDEN[algorithm] if settings is None else settings),
+                 f"run.out='{out}'", f"run.name='{algorithm}'"]
     return run(load_config(overrides=overrides), quiet=True) / "evals.csv"
 
 
@@ -90,13 +101,17 @@ def test_every_builtin_algorithm_has_a_golden():
     assert set(json.loads((GOLDEN_DIR / "platform.json").read_text())) == set(platform())
 
 
-@pytest.mark.parametrize("algorithm", sorted(GOLDEN))
+@pytest.mark.parametrize("algorithm", sorted(GOLDEN) + sorted(VARIANTS))
 def test_golden_evals(tmp_path, algorithm):
     recorded = json.loads((GOLDEN_DIR / "platform.json").read_text())
     if recorded != platform():
         pytest.skip(f"goldens were computed on {recorded}, this is {platform()}: regenerate them to compare")
-    golden = read_rows(GOLDEN_DIR / f"{algorithm}.csv")
-    got = read_rows(golden_run(algorithm, tmp_path))
+    if algorithm in VARIANTS:
+        golden = read_rows(GOLDEN_DIR / "variants" / f"{algorithm}.csv")
+        got = read_rows(golden_run(VARIANTS[algorithm][0], tmp_path, VARIANTS[algorithm][1]))
+    else:
+        golden = read_rows(GOLDEN_DIR / f"{algorithm}.csv")
+        got = read_rows(golden_run(algorithm, tmp_path))
     assert len(golden) >= 10
     assert len(got) == len(golden)
     for i, (want, row) in enumerate(zip(golden, got)):

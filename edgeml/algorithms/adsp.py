@@ -106,9 +106,15 @@ class ADSPConfig(LocalSGDConfig):
     20 check periods, the paper's ratio."""
     fixed_rate: int = ranged(0, ge=0, zero="search the rate online")
     """Commit rate dC per check period; 0 searches it online (Alg. 1), > 0 fixes it (Fig. 3 sweeps)."""
+    trial_sampling: Literal["checkpoints", "within"] = "checkpoints"
+    """How a search trial samples the global loss: at its checkpoints, over ``trial_periods`` periods (every
+    worker's commits are in at each, whatever the rate); ``within``: one period, ``loss_samples`` times evenly
+    from start to end (the rule before: at rate 1 the model stands still until the period's end)."""
     trial_periods: int = ranged(2, ge=2)
-    """Check periods per search trial; the reward is fitted to the global loss at the trial's checkpoints,
-    ``trial_periods`` + 1 samples (2: start, middle and end, Sec. 4.2's example); >= 2."""
+    """Check periods per search trial with ``checkpoints`` sampling: ``trial_periods`` + 1 samples (2: start,
+    middle and end, Sec. 4.2's example); >= 2."""
+    loss_samples: int = ranged(5, ge=3)
+    """Global-loss samples of a one-period trial with ``within`` sampling, evenly spaced from start to end."""
     burn_in: Literal["bend", "none"] = "bend"
     """Before the run's first search: ``bend`` trains at the first rate until the checkpoint losses bend
     (``bent``), at most half an epoch; ``none`` searches from the untrained model."""
@@ -131,7 +137,7 @@ class ADSPConfig(LocalSGDConfig):
 
     def validate(self, cfg) -> None:
         """The one rule over several fields (each number's range is declared with its field)."""
-        least = 2 * self.trial_periods
+        least = 2 * (self.trial_periods if self.trial_sampling == "checkpoints" else 1)
         if not self.fixed_rate and self.check_period_s and self.epoch_s and self.epoch_s < least * self.check_period_s:
             raise UserError(f"adsp.epoch_s = {self.epoch_s}: must be >= {least} * check_period_s = "
                             f"{least * self.check_period_s:g} (the search compares two trials of "
@@ -139,7 +145,7 @@ class ADSPConfig(LocalSGDConfig):
 
     def resolve(self, job) -> "ADSPConfig":
         a = super().resolve(job)
-        least = 2 * a.trial_periods
+        least = 2 * (a.trial_periods if a.trial_sampling == "checkpoints" else 1)
         gamma = a.check_period_s or (min(time_scale(job), a.epoch_s / least) if a.epoch_s else time_scale(job))
         return dataclasses.replace(a, check_period_s=gamma, epoch_s=a.epoch_s or 20 * gamma)
 
@@ -342,9 +348,12 @@ def adsp_scheduler(node: Node) -> None:
         st = state(True)
         return t, probe(st["params"])[0], st  # evaluating takes the scheduler's host time, not training time
 
+    # how a trial samples the loss: at its checkpoints over trial_periods periods, or loss_samples times in one
+    within = a.trial_sampling == "within"
+    per_period, periods = (a.loss_samples, 1) if within else (2, a.trial_periods)
     checkpoint, epoch = 0, 0
-    t, loss, st = sample()
-    history = [loss]  # the checkpoint losses before the first search (the burn-in's)
+    st, loss = state(False), None
+    history = []  # the checkpoint losses before the first search (the burn-in's)
     now = node.now()  # checkpoints lie on a fixed grid, however long the evaluations take
     while True:  # one epoch (Alg. 1 MAINFUNCTION)
         epoch_start, epoch_end = now, now + a.epoch_s - 1e-9
@@ -353,7 +362,7 @@ def adsp_scheduler(node: Node) -> None:
         # what the periods are for: "burn" (before the run's first search), "search" (trials), "kept"
         mode = "kept" if a.fixed_rate else ("burn" if epoch == 0 and a.burn_in == "bend" else "search")
         first = None  # (rate, times, losses): the comparison's first trial
-        times, losses = [t], [loss]  # the current trial's checkpoint samples
+        times, losses = None, None  # the current trial's samples
         while now < epoch_end:  # one check period, from the checkpoint at `now`
             c_target += rate
             start_counts = st["counts"].clone()
@@ -363,10 +372,18 @@ def adsp_scheduler(node: Node) -> None:
             node.log("decisions", name="commit_rate", value=rate, epoch=epoch, rate=rate)
             if mode == "burn":
                 node.log("decisions", name="burn_in", value=1, epoch=epoch, rate=rate)
-            node.sleep(now + gamma - node.now())
+            if loss is None:  # the very first sample; later ones are the previous period's last
+                t, loss, st = sample()
+                history.append(loss)
+            if times is None:  # a trial starts at this checkpoint
+                times, losses = [t], [loss]
+            for j in range(1, per_period):
+                node.sleep(now + j * gamma / (per_period - 1) - node.now())
+                t, loss, st = sample()
+                times.append(t)
+                losses.append(loss)
             now += gamma
             checkpoint += 1
-            t, loss, st = sample()
             for i, c in enumerate(st["counts"].tolist()):
                 node.log("commits", checkpoint=checkpoint, worker=i, commits=c, target=c_target)
             # Eq. (3) with this period's rates and each worker's mean speed (steps reported / time reported)
@@ -375,16 +392,15 @@ def adsp_scheduler(node: Node) -> None:
             node.log("decisions", name="mu_implicit", value=mu_implicit(gamma, dc, v), epoch=epoch, rate=rate)
             if mode == "burn":  # the search starts once the curve has bent, or after half an epoch
                 history.append(loss)
+                times = None
                 if (len(history) >= 3 and bent(history)) or now - epoch_start >= a.epoch_s / 2 - 1e-9:
-                    mode, times, losses = "search", [t], [loss]
+                    mode = "search"
                 continue
-            if mode != "search":
+            if mode != "search" or len(times) < periods * (per_period - 1) + 1:  # no trial, or it goes on
+                if mode != "search":
+                    times = None
                 continue
-            times.append(t)
-            losses.append(loss)
-            if len(times) <= a.trial_periods:  # the trial goes on
-                continue
-            trial, times, losses = (rate, times, losses), [t], [loss]
+            trial, times = (rate, times, losses), None
             if first is None:
                 first, rate = trial, rate + 1
                 continue
