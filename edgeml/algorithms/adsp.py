@@ -28,6 +28,8 @@ Choices where the paper is open (the numeric ones are config fields below):
   global model stays put until then, while at rate 4 it moves four times. At a checkpoint every worker has
   made its dC_i commits, the last one Gamma - O_i after the period's start whatever the rate, so the global
   model holds the same share of the work at every rate and trials on one underlying curve tie.
+  ``trial_sampling = "within"`` (with ``loss_samples``, ``burn_in = "none"``, ``reward_reuse = true`` and
+  ``target_ratio = 0.5``: the search as it was before) samples one period five times instead.
 - *The untrained model's plateau.* At the run's start the loss falls ever faster (a concave curve that the
   O(1/t) model cannot describe), so a first trial there looks slower than any later one. ``burn_in =
   "bend"`` trains at Alg. 1's first rate until three successive checkpoint samples show the convex shape
@@ -141,7 +143,7 @@ class ADSPConfig(LocalSGDConfig):
         if not self.fixed_rate and self.check_period_s and self.epoch_s and self.epoch_s < least * self.check_period_s:
             raise UserError(f"adsp.epoch_s = {self.epoch_s}: must be >= {least} * check_period_s = "
                             f"{least * self.check_period_s:g} (the search compares two trials of "
-                            f"adsp.trial_periods = {self.trial_periods} periods)")
+                            f"{least // 2} period(s) each)")
 
     def resolve(self, job) -> "ADSPConfig":
         a = super().resolve(job)
