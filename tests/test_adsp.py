@@ -240,6 +240,45 @@ def _run(tmp_path, *overrides):
     return path, read
 
 
+@pytest.mark.parametrize("reuse", [False, True])
+def test_the_search_recurses_as_alg1_and_keeps_the_rate_its_successor_did_not_beat(tmp_path, reuse):
+    """Alg. 1 read off a run's series: each comparison sets a first trial against one at the next rate. Where the
+    second wins, the next comparison of the epoch starts from it: measured anew, in a later trial (lines 8-12),
+    or, with ``reward_reuse``, the same trial standing for it (the authors' code). Where it loses, the first
+    trial's rate is kept (``kept_rate``, line 14), no comparison follows in that epoch and every later period of
+    the epoch runs at it. Before the run's first comparison: burn-in periods at rate 1 only."""
+    path, read = _run(tmp_path, "cluster.workers=6", "cluster.hetero='1:1:1:1:4:4'", "cluster.base_step_s=0.05",
+                      "cluster.random_wait_s=0.25", "stop.max_time=60", f"adsp.reward_reuse={str(reuse).lower()}")
+    trials, decisions = read("trials"), read("decisions")
+    rates = decisions[decisions["name"] == "commit_rate"]
+    kept = decisions[decisions["name"] == "kept_rate"]
+    burn = decisions[decisions["name"] == "burn_in"]
+    assert len(burn) >= 2 and set(burn["rate"]) == {1} and burn["time_s"].max() < trials["time_s"].min()
+    comparisons = [g.reset_index(drop=True) for _, g in trials.groupby("time_s", sort=True)]
+    assert len(comparisons) >= 4 and all(len(c) == 2 for c in comparisons)
+    wins = losses = 0
+    for i, c in enumerate(comparisons):
+        first, second = c.iloc[0], c.iloc[1]
+        assert second["rate"] == first["rate"] + 1
+        later = [d for d in comparisons[i + 1:] if d.iloc[0]["epoch"] == first["epoch"]]
+        if second["reward"] > first["reward"]:
+            wins += 1
+            if later:
+                nxt = later[0].iloc[0]
+                assert nxt["rate"] == second["rate"]
+                if reuse:
+                    assert nxt["trial_start"] == second["trial_start"]
+                else:
+                    assert nxt["trial_start"] > second["trial_start"]
+        else:
+            losses += 1
+            assert not later
+            assert list(kept[kept["time_s"] == first["time_s"]]["value"]) == [first["rate"]]
+            after = rates[(rates["epoch"] == first["epoch"]) & (rates["time_s"] >= second["time_s"])]
+            assert (after["value"] == first["rate"]).all()
+    assert wins and losses
+
+
 @pytest.mark.parametrize("search", [True, False])
 def test_commit_counts_stay_within_one_on_heterogeneous_workers(tmp_path, search):
     path, read = _run(tmp_path, "cluster.workers=4", "cluster.hetero='1:1:3:7'", "stop.max_time=12",

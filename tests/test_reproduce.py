@@ -162,6 +162,9 @@ def test_run_seeds_quick_seeds_and_quick_sweeps(tmp_path, toy):
      "adsp.fixed_rate"),
     ('[[runs]]\nalgorithm = "bsp"', '[[figures]]\nid = "f"\ntitle = "F"\nsettled = { decision = "commit_rate" }\n\n'
      '[[runs]]\nfigure = "f"\nalgorithm = "bsp"', "settled names a decision and the key that fixes it"),
+    ('[[runs]]\nalgorithm = "bsp"', '[[figures]]\nid = "f"\ntitle = "F"\nsettled = { decision = "commit_rate", '
+     'fixed = "adsp.fixed_rate", rule = "stoping" }\n\n[[runs]]\nfigure = "f"\nalgorithm = "bsp"',
+     "optionally the rule times are read by"),
     ('name = "ssp-tight"', 'name = "ssp-tight"\nlabel = ""', "label must be a short name"),
     ('[[runs]]\nalgorithm = "bsp"', '[[figures]]\nid = "f"\ntitle = "F"\nruns = []\n\n[[runs]]\nfigure = "f"\n'
      'algorithm = "bsp"', "figure 'f': runs lists the runs drawn in it, by name or glob"),
@@ -775,9 +778,9 @@ def test_the_report_shows_what_each_searched_run_settled_on_beside_the_best_fixe
         # and how far behind the best fixed rate's mean time it lies, in evaluation intervals
         mine = per_run[(per_run["run"] == "searched") & (per_run["seed"] == seed)].iloc[0]
         line = next(x for x in report.splitlines() if x.startswith(row))
-        if not mine["censored"] and math.isfinite(times[best]):
-            interval = float(r.evals["time_s"].diff().median())
-            assert line.endswith(f"| {(mine['time_to_target'] - times[best]) / interval:+.1f} |"), line
+        assert not mine["censored"] and math.isfinite(times[best])  # the toy's runs reach the target
+        interval = float(r.evals["time_s"].diff().median())
+        assert line.endswith(f"| {(mine['time_to_target'] - times[best]) / interval:+.1f} |"), line
     assert report.count(f"| {best:g} (") == 2  # the best fixed rate of the runs' own setting...
     assert any(x.startswith("| elsewhere | 0 |") and x.endswith("| - | - |") for x in report.splitlines())  # none here
 

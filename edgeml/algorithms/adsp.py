@@ -33,7 +33,9 @@ Choices where the paper is open (the numeric ones are config fields below):
 - *The untrained model's plateau.* At the run's start the loss falls ever faster (a concave curve that the
   O(1/t) model cannot describe), so a first trial there looks slower than any later one. ``burn_in =
   "bend"`` trains at Alg. 1's first rate until three successive checkpoint samples show the convex shape
-  the reward's model assumes (``bent``), at most half an epoch, before the first search.
+  the reward's model assumes (``bent``), at most half an epoch, before the first search; the first epoch
+  starts with that search. A search still running when its epoch ends is dropped (no ``kept_rate``), and the
+  next epoch searches anew.
 - *Who computes dC_i.* The scheduler broadcasts C_target and each worker subtracts its own commit count:
   the same formula, but exact even while a commit is still in flight to the PS. A worker never exceeds
   C_target.
@@ -71,12 +73,13 @@ Known differences of the authors' public code that we do not follow: a minimum o
 local steps before the first commit, and C_target carried over between epochs so that it never decreased.
 
 Time series: ``decisions`` rows name = c_target, commit_rate, mu_implicit (one per period), burn_in (one per
-period before the first search), reward (the second trial's, one per comparison) and target_loss (one per
-comparison); ``trials`` (per comparison, both trials: epoch, rate, reward,
-rule, degenerate, a1, a2, a3, r2, rmse, samples, target, first and last loss, trial_start); ``settings``
-(the resolved time settings, once); ``commits`` (checkpoint, worker, commits, target: the
-PS's commit count of every worker at every checkpoint, Theorem 2); ``staleness`` (worker, staleness, steps:
-per commit, the updates applied since the worker's last pull and its local steps in the commit).
+period before the first search), reward (the second trial's, one per comparison), target_loss (one per
+comparison) and kept_rate (one per search that ends within its epoch: the rate kept for the rest of it);
+``trials`` (per comparison, both trials: epoch, rate, reward, rule, degenerate, a1, a2, a3, r2, rmse, samples,
+target, first and last loss, trial_start); ``settings`` (the resolved time settings, once); ``commits``
+(checkpoint, worker, commits, target: the PS's commit count of every worker at every checkpoint, Theorem 2);
+``staleness`` (worker, staleness, steps: per commit, the updates applied since the worker's last pull and its
+local steps in the commit).
 """
 
 from __future__ import annotations
@@ -102,7 +105,8 @@ if TYPE_CHECKING:
 class ADSPConfig(LocalSGDConfig):
     check_period_s: float = ranged(0.0, ge=0, zero="auto, kit.time_scale")
     """Check period Gamma in seconds (Sec. 5.1: 60 s). 0 (auto): ``kit.time_scale``, 20 steps of the fastest
-    device or 1/40 of the time budget, whichever is longer (at most ``epoch_s`` / (2 ``trial_periods``))."""
+    device or 1/40 of the time budget, whichever is longer (at most ``epoch_s`` / (2 ``trial_periods``), or half
+    of it with ``within`` sampling: room for two trials)."""
     epoch_s: float = ranged(0.0, ge=0, zero="auto, 20 check periods")
     """Epoch length in seconds: the commit-rate search restarts every epoch (Sec. 5.1: 20 minutes). 0 (auto):
     20 check periods, the paper's ratio."""
@@ -111,7 +115,8 @@ class ADSPConfig(LocalSGDConfig):
     trial_sampling: Literal["checkpoints", "within"] = "checkpoints"
     """How a search trial samples the global loss: at its checkpoints, over ``trial_periods`` periods (every
     worker's commits are in at each, whatever the rate); ``within``: one period, ``loss_samples`` times evenly
-    from start to end (the rule before: at rate 1 the model stands still until the period's end)."""
+    from start to end (the rule before: at rate 1 the model stands still until the period's end). The scheduler
+    samples so in every period, searching or not, so it also sets a fixed-rate run's probe traffic."""
     trial_periods: int = ranged(2, ge=2)
     """Check periods per search trial with ``checkpoints`` sampling: ``trial_periods`` + 1 samples (2: start,
     middle and end, Sec. 4.2's example); >= 2."""
@@ -138,7 +143,8 @@ class ADSPConfig(LocalSGDConfig):
     time_settings = ("lr_decay_s", "check_period_s", "epoch_s")
 
     def validate(self, cfg) -> None:
-        """The one rule over several fields (each number's range is declared with its field)."""
+        """The one rule over several fields (each number's range is declared with its field): a searching run's
+        epoch holds two trials (a fixed rate needs no room)."""
         least = 2 * (self.trial_periods if self.trial_sampling == "checkpoints" else 1)
         if not self.fixed_rate and self.check_period_s and self.epoch_s and self.epoch_s < least * self.check_period_s:
             raise UserError(f"adsp.epoch_s = {self.epoch_s}: must be >= {least} * check_period_s = "
@@ -396,7 +402,7 @@ def adsp_scheduler(node: Node) -> None:
                 history.append(loss)
                 times = None
                 if (len(history) >= 3 and bent(history)) or now - epoch_start >= a.epoch_s / 2 - 1e-9:
-                    mode = "search"
+                    mode, epoch_end = "search", now + a.epoch_s - 1e-9  # the first epoch starts with its search
                 continue
             if mode != "search" or len(times) < periods * (per_period - 1) + 1:  # no trial, or it goes on
                 if mode != "search":
@@ -421,10 +427,12 @@ def adsp_scheduler(node: Node) -> None:
                     first = None
             else:  # line 14: keep C_target for the rest of the epoch
                 rate, mode = first[0], "kept"
+                node.log("decisions", name="kept_rate", value=rate, epoch=epoch, rate=rate)
         epoch += 1
 
 
 register(AlgorithmSpec("adsp", "Adaptive synchronous parallel: no waiting, commit rates searched online",
                        ADSPConfig, ps_nodes(adsp_server, adsp_worker, ("scheduler", adsp_scheduler)),
                        "ADSP Sec. 3-4, Alg. 1-2", preload=("scipy.optimize",), display="ADSP",  # the reward fit
-                       decisions=("c_target", "commit_rate", "mu_implicit", "target_loss", "reward", "burn_in")))
+                       decisions=("c_target", "commit_rate", "mu_implicit", "target_loss", "reward", "burn_in",
+                                  "kept_rate")))

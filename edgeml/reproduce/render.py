@@ -322,9 +322,23 @@ def _settled(r: Report, settled: dict, members: set[str]) -> list[str]:
     means = {w: {v: tuning.score(rows, "time_to_target") for v, rows in values.items()}  # NaN where one is unmeasured
              for w, values in by_value.items()}
     best = {w: tuning.best(m, "time_to_target") for w, m in means.items()}
-    searched = [x for x in runs if fixed(x) == 0 and x.last_decided(decision) is not None]
+    from edgeml.algorithms import REGISTRY
+
+    def searches(x: Run) -> bool:  # the run's algorithm decides the value, and this run does not fix it
+        spec = REGISTRY.get(str(x.summary.get("algorithm")))
+        return fixed(x) == 0 and spec is not None and decision in spec.decisions
+
+    searched = [x for x in runs if searches(x)]
     if not searched:
         return []
+
+    def last(x: Run) -> str:  # a run that never decided it (its first search still going at the end): "none"
+        v = x.last_decided(decision)
+        return "none" if v is None else f"{v:.4g}"
+
+    def mean(x: Run) -> str:
+        v = x.decided(decision)
+        return "-" if v is None else f"{v:.4g}"
 
     def secs(t: float) -> str:
         return "never" if t == math.inf else "-" if math.isnan(t) else f"{t:.0f} s"
@@ -339,8 +353,7 @@ def _settled(r: Report, settled: dict, members: set[str]) -> list[str]:
         gap = time(x) - means[world(x)][b] if b is not None else math.nan
         return "-" if not math.isfinite(gap) or not interval > 0 else f"{gap / interval:+.1f}"
 
-    rows = [[x.label, str(x.seed), f"{x.last_decided(decision):.4g}", f"{x.decided(decision):.4g}", secs(time(x)),
-             best_text(x), behind(x)] for x in searched]
+    rows = [[x.label, str(x.seed), last(x), mean(x), secs(time(x)), best_text(x), behind(x)] for x in searched]
     what = f"time to {target.short if target.rule == 'stopping' else target}" if target else "time to the target"
     return [f"What each run that searched its `{decision}` online settled on (the last value it decided), beside "
             f"the best of this group's runs that fix it in the same setting (`{key}`; the least mean {what} over "
