@@ -113,10 +113,9 @@ class ADSPConfig(LocalSGDConfig):
     fixed_rate: int = ranged(0, ge=0, zero="search the rate online")
     """Commit rate dC per check period; 0 searches it online (Alg. 1), > 0 fixes it (Fig. 3 sweeps)."""
     trial_sampling: Literal["checkpoints", "within"] = "checkpoints"
-    """How a search trial samples the global loss: at its checkpoints, over ``trial_periods`` periods (every
-    worker's commits are in at each, whatever the rate); ``within``: one period, ``loss_samples`` times evenly
-    from start to end (the rule before: at rate 1 the model stands still until the period's end). The scheduler
-    samples so in every period, searching or not, so it also sets a fixed-rate run's probe traffic."""
+    """How a search trial samples the global loss: at its checkpoints over ``trial_periods`` periods (each
+    worker's commits are in at each, whatever the rate); ``within``: one period, ``loss_samples`` times (the
+    rule before). Also sets a fixed-rate run's probe traffic."""
     trial_periods: int = ranged(2, ge=2)
     """Check periods per search trial with ``checkpoints`` sampling: ``trial_periods`` + 1 samples (2: start,
     middle and end, Sec. 4.2's example); >= 2."""
@@ -131,9 +130,8 @@ class ADSPConfig(LocalSGDConfig):
     probe_samples: int = ranged(512, ge=1)
     """Training examples (a fixed random sample) on which the scheduler evaluates the global loss."""
     target_ratio: float = ranged(0.8, gt=0, lt=1)
-    """Reward target l* = this fraction of the lowest loss sampled in the two trials compared: near enough
-    that the fitted curves are compared where their samples hold them (a farther target amplifies a few
-    samples' unevenness: ``test_adsp``'s shared-progress trials agree within 10% at 0.8, up to 1.3x at 0.5)."""
+    """Reward target l* = this fraction of the lowest loss sampled in the two trials compared, near enough that
+    the fits are read where their samples hold them (farther, a few samples' unevenness is amplified)."""
     target_loss: float = ranged(0.0, ge=0, zero="use target_ratio")
     """Fixed reward target l*; 0 uses ``target_ratio``."""
     reward_clock: Literal["run", "trial"] = "run"
