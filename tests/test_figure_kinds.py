@@ -33,7 +33,7 @@ def check_png(path: Path) -> None:
     with Image.open(path) as image:
         image.verify()  # the whole file decodes
     with Image.open(path) as image:
-        assert image.format == "PNG" and 400 <= image.width <= 6000 and 300 <= image.height <= 6000, image.size
+        assert image.format == "PNG" and 400 <= image.width <= 6000 and 200 <= image.height <= 6000, image.size
         assert len(image.convert("RGB").getcolors(1 << 16) or range(1 << 16)) > 8, f"{path.name}: nearly one colour"
 
 

@@ -83,3 +83,18 @@ def test_the_committed_scoreboard_is_rendered_from_the_committed_reports():
 
     assert (RESULTS / SCOREBOARD).read_text() == render_summary(RESULTS), \
         "results/README.md is stale: run `edgeml reproduce --summary` (from the repository's root)"
+
+
+@pytest.mark.parametrize("folder", REPORTS, ids=_name)
+def test_a_committed_report_names_a_missing_diagnosis_only_where_one_is_missing(folder):
+    """"not yet diagnosed" appears in a report once per claim whose results in verdicts.csv await a diagnosis,
+    plus the count of those results at the top; a report that owes none does not say those words anywhere."""
+    import csv
+
+    rows = list(csv.DictReader((folder / "verdicts.csv").open()))
+    waiting = sum(r["cause"] == "not yet diagnosed" for r in rows)
+    claims = {r["claim"] for r in rows if r["cause"] == "not yet diagnosed"}
+    report = (folder / "REPORT.md").read_text()
+    assert len(re.findall(r"^- \*.*\*: \*\*not yet diagnosed\*\*\.$", report, re.M)) == len(claims)
+    assert report.count("not yet diagnosed") == (len(claims) + 1 if waiting else 0)
+    assert (f"**{waiting} not yet diagnosed**" if waiting else "**every diagnosis owed is given**") in report

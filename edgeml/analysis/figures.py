@@ -245,20 +245,22 @@ def against_data(runs: list[Run], cmp: Comparison, x: str, ys: list[str],
     return pd.DataFrame(rows)
 
 
-DPI = 150
+DPI = 120  # on screen the width of a README column; --pdf for print
+COLOURS = 64
 
 
 def save_png(fig: Any, path: Path) -> None:
-    """Write a figure as a PNG of at most 256 colours (median cut, no dithering). A plot has few colours, its
-    anti-aliased edges and bands many; the palette image looks the same and takes about a third of the bytes
-    of the full-colour one (which keeps the committed reproductions' figures, ``results/``, small)."""
+    """Write a figure as a PNG of at most ``COLOURS`` colours (median cut, no dithering) at ``DPI``. A plot has
+    few colours, its anti-aliased edges and bands many; the palette image looks the same and takes about a
+    quarter of the bytes of the full-colour one at 150 dpi (which keeps the committed reproductions' figures,
+    ``results/``, small; the PDF, ``--pdf``, is the figure for print)."""
     from PIL import Image
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI)
     image = Image.open(buf).convert("RGB")
-    image.quantize(256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(path, optimize=True,
-                                                                                         dpi=(DPI, DPI))
+    image.quantize(COLOURS, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(path, optimize=True,
+                                                                                             dpi=(DPI, DPI))
 
 
 def write_figures(runs: list[Run], out: Path, cmp: Comparison | None = None, panels: Iterable[str] | None = None,

@@ -247,7 +247,12 @@ def _counts(r: Report) -> list[str]:
     waiting = len(undiagnosed(r.exp.claims, r.results))
     headline = sum(x.headline for x in r.results)
     return [f"**{len(r.results)} results** ({headline} on headline claims): "
-            + ", ".join(f"{n} {k}" for k, n in counts.items()) + f"; **{waiting} not yet diagnosed**.", ""]
+            + ", ".join(f"{n} {k}" for k, n in counts.items()) + "; " + waiting_text(waiting) + ".", ""]
+
+
+def waiting_text(waiting: int) -> str:
+    """How many results await a diagnosis, in words that name the missing diagnosis only where one is missing."""
+    return f"**{waiting} not yet diagnosed**" if waiting else "**every diagnosis owed is given**"
 
 
 def _link(title: str) -> str:

@@ -105,7 +105,7 @@ def render_summary(results: Path) -> str:
                                     r.cause or "-"] for r in headline]), ""]
         else:
             sections += ["(no claim of this experiment is marked headline)", ""]
-    lines += ["| reproduction | results | headline | verdicts | not yet diagnosed | reproduced |",
+    lines += ["| reproduction | results | headline | verdicts | awaiting a diagnosis | reproduced |",
               "|---|---|---|---|---|---|", *("| " + " | ".join(r) + " |" for r in overview), "",
               "All reproductions: " + ", ".join(f"{n} {k}" for k, n in sorted(totals.items())) + ".", "",
               *sections]
