@@ -122,7 +122,7 @@ def run(
     workers: Optional[int] = typer.Option(
         None, "--workers", "-w", help=f"Number of workers (devices), >= 1. Default {ClusterSection.workers}."),
     dataset: Optional[str] = typer.Option(
-        None, help=f"digits, breast-cancer, credit-synthetic, fashion-mnist, mnist, cifar10. "
+        None, help=f"digits, breast-cancer, credit-synthetic, credit-full-rank, fashion-mnist, mnist, cifar10. "
                    f"Default {DataSection.dataset}."),
     model: Optional[str] = typer.Option(None, help="Model name; default depends on the dataset."),
     backend: Optional[str] = typer.Option(

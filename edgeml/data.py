@@ -29,12 +29,14 @@ DATASETS: dict[str, str] = {
     "breast-cancer": "Wisconsin breast cancer, 569 samples x 30 features, 2 classes (bundled with scikit-learn)",
     "credit-synthetic": "synthetic stand-in of the shape of 'default of credit card clients' (SNAP's simulations): "
                         "30,000 samples x 24 features, 2 classes, 22% positive (generated, seeded)",
+    "credit-full-rank": "credit-synthetic without its six redundant features: 16 informative and 8 noise features, "
+                        "none a combination of others, so every direction of a linear model moves its loss",
     "fashion-mnist": "Fashion-MNIST 28x28 grayscale clothing, 60k/10k, 10 classes (IDX files)",
     "mnist": "MNIST 28x28 grayscale digits, 60k/10k, 10 classes (IDX files)",
     "cifar10": "CIFAR-10 32x32 colour images, 50k/10k, 10 classes (python pickle batches)",
 }
 
-_BUNDLED = ("digits", "breast-cancer", "credit-synthetic")
+_BUNDLED = ("digits", "breast-cancer", "credit-synthetic", "credit-full-rank")
 PARTITIONS: dict[str, str] = {
     "iid": "every worker gets the same label mix (a seeded shuffle)",
     "shards": "each worker gets a few label-sorted shards (data.shards_per_worker)",
@@ -150,8 +152,8 @@ def _load_sklearn(name: str) -> Dataset:
     from sklearn.datasets import load_breast_cancer, load_digits
     from sklearn.model_selection import train_test_split
 
-    if name == "credit-synthetic":
-        x, y = credit_synthetic()
+    if name.startswith("credit-"):
+        x, y = credit_synthetic(full_rank=name == "credit-full-rank")
     else:
         bunch = load_digits() if name == "digits" else load_breast_cancer()
         x, y = bunch.data.astype(np.float32), bunch.target.astype(np.int64)
@@ -174,17 +176,23 @@ def _load_sklearn(name: str) -> Dataset:
     )
 
 
-def credit_synthetic() -> tuple[np.ndarray, np.ndarray]:
+def credit_synthetic(full_rank: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """A data set of the shape of "default of credit card clients" (UCI; SNAP Sec. V trains its SVMs on it:
     30,000 samples, 24 features), which no package ships offline: ``make_classification`` with a fixed seed,
     10 informative and 6 redundant features, two Gaussian clusters per class, 22% of the samples positive (the
     real set's share of defaults) and 10% of the labels flipped, so that a linear model is about as accurate as
-    on the real set (about 0.82 on the held-out fifth, against a majority class of 0.75)."""
+    on the real set (about 0.82 on the held-out fifth, against a majority class of 0.75).
+
+    ``full_rank`` (``credit-full-rank``): the six redundant features, linear combinations of the informative ones,
+    are informative features of their own instead, so that no direction of a linear model's weights leaves the
+    loss unchanged (a redundant feature's is such a direction: only a regularizer moves it); the classes lie
+    further apart (``class_sep`` 1.3), so that a linear model is as accurate as on ``credit-synthetic``."""
     from sklearn.datasets import make_classification
 
-    x, y = make_classification(n_samples=30_000, n_features=24, n_informative=10, n_redundant=6, n_repeated=0,
-                               n_classes=2, n_clusters_per_class=2, weights=[0.78], flip_y=0.1, class_sep=1.0,
-                               random_state=0)
+    informative, redundant, sep = (16, 0, 1.3) if full_rank else (10, 6, 1.0)
+    x, y = make_classification(n_samples=30_000, n_features=24, n_informative=informative, n_redundant=redundant,
+                               n_repeated=0, n_classes=2, n_clusters_per_class=2, weights=[0.78], flip_y=0.1,
+                               class_sep=sep, random_state=0)
     return x.astype(np.float32), y.astype(np.int64)
 
 

@@ -44,12 +44,19 @@ MODELS: dict[str, str] = {
     "squeezenet": "SqueezeNet 1.1 for small images: 3x3 stride-1 stem (~0.72M parameters)",
 }
 _FLAT_MODELS = ("logreg", "svm", "l2svm", "mlp", "mlp-128-64")
+LINEAR_MODELS = ("logreg", "svm", "l2svm")
+"""The models ``binary`` applies to (``build_model``)."""
 
 
-def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *, width: float = 1.0) -> nn.Module:
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *, width: float = 1.0,
+                binary: bool = False) -> nn.Module:
     """Build a freshly initialized model mapping a batch of ``input_shape`` samples to ``num_classes`` logits.
 
-    ``width`` is MobileNet-v2's width multiplier (channels scaled, rounded to multiples of 8)."""
+    ``width`` is MobileNet-v2's width multiplier (channels scaled, rounded to multiples of 8). ``binary``: a linear
+    model of two classes with one output s (``BinaryLogits``), the binary logistic regression or SVM (one weight
+    per feature and a bias, as scikit-learn's ``LogisticRegression`` and ``LinearSVC`` have for two classes): with
+    one output per class, moving both rows of weights alike changes no logit difference, so half of the
+    parameters are directions no loss sees."""
     if name not in MODELS:
         raise UserError(f"unknown model '{name}'{did_you_mean(name, list(MODELS))}: choose one of "
                         f"{', '.join(MODELS)}")
@@ -59,6 +66,12 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *, wi
         raise UserError(f"width multiplier {width} for model '{name}': only mobilenet-v2 takes one, "
                         "and it must be > 0")
     shape = tuple(int(d) for d in input_shape)
+    if binary:
+        if name not in LINEAR_MODELS or num_classes != 2:
+            raise UserError(f"model.binary = true is for a linear model ({', '.join(LINEAR_MODELS)}) of two classes, "
+                            f"not '{name}' of {num_classes}: set model.binary = false, or choose such a model "
+                            "and data set")
+        return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(shape), 1), BinaryLogits())
     if name in _FLAT_MODELS:
         features = math.prod(shape)
         if name == "mlp":
@@ -94,6 +107,15 @@ def loss_for(name: str) -> nn.Module:
     if name in ("svm", "l2svm"):
         return _MarginLoss(p=2 if name == "l2svm" else 1)
     return nn.CrossEntropyLoss()
+
+
+class BinaryLogits(nn.Module):
+    """One score s per sample as the two logits (-s/2, s/2): their difference is s, so the losses of ``loss_for``
+    are the binary ones (cross-entropy: log(1 + exp(-y s)); the squared hinge: max(0, 1 - y s)^2 / 2 with y = +-1),
+    and argmax predicts the class of s's sign."""
+
+    def forward(self, s: torch.Tensor) -> torch.Tensor:
+        return torch.cat([-s / 2, s / 2], dim=1)
 
 
 class _MarginLoss(nn.MultiMarginLoss):

@@ -745,8 +745,26 @@ def _accuracy_jitter(run: Run) -> float | None:
     return float(np.std(np.diff(acc))) if len(acc) >= 3 else None
 
 
+LATE_SHARE = 0.1
+"""The share of a run's iterations, its last, that ``late_sent_fraction`` reads."""
+
+
+def _late_sent_fraction(run: Run) -> float | None:
+    """Of the values a SNAP-family run's frames could have carried (parameters x frames), the share they sent, over
+    its last ``LATE_SHARE`` of iterations (``series/exchange.csv``, kept where a figure draws the ``exchange``
+    panel): near 0 where the exchange falls silent as the iteration converges (SNAP Fig. 4(b)), near 1 where
+    parameters keep changing. None for a run without that series."""
+    ex = run.table(f"{SERIES}/exchange.csv", required=False)
+    if ex is None or not {"iteration", "sent", "values"} <= set(ex.columns) or ex.empty:
+        return None
+    late = ex[ex["iteration"] >= (1 - LATE_SHARE) * (ex["iteration"].max() + 1)]
+    values = float(late["values"].sum())
+    return float(late["sent"].sum()) / values if values > 0 else None
+
+
 DERIVED = {"window_prediction_error": _window_prediction_error, "accuracy_jitter": _accuracy_jitter,
-           "persistence_error": _persistence_error, "prediction_over_persistence": _prediction_over_persistence}
+           "persistence_error": _persistence_error, "prediction_over_persistence": _prediction_over_persistence,
+           "late_sent_fraction": _late_sent_fraction}
 """Quantities read from a run's series beyond ``decisions.csv`` (``Run.decided``), by name."""
 DERIVED_SERIES = ("epochs",)
 """The series the ``DERIVED`` quantities read: a reproduction keeps them whole in every run that has them, drawn

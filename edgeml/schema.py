@@ -143,8 +143,8 @@ class DataSection:
     """Registered data set name (``edgeml list datasets``)."""
     root: str = ""
     """Existing directory holding the data set's original files, the only place searched when set (ignored by
-    the bundled ``digits``, ``breast-cancer`` and ``credit-synthetic``); empty searches $EDGEML_DATA,
-    $EDGEML_CACHE/<name> (default ~/.cache/edgeml/<name>), system packages."""
+    the bundled ``digits``, ``breast-cancer``, ``credit-synthetic`` and ``credit-full-rank``); empty searches
+    $EDGEML_DATA, $EDGEML_CACHE/<name> (default ~/.cache/edgeml/<name>), system packages."""
     download: bool = False
     """Fetch through torchvision when the files are absent (never done implicitly)."""
     partition: Literal["iid", "shards", "dirichlet", "sorted"] = "iid"
@@ -171,6 +171,9 @@ class ModelSection:
     """Registered model name; empty picks the dataset's default (``mlp`` for tabular/8x8, ``lenet5`` otherwise)."""
     width: float = ranged(1.0, gt=0)
     """MobileNet-v2's width multiplier (other models refuse values other than 1)."""
+    binary: bool = False
+    """A linear model (logreg, svm, l2svm) of a two-class data set with one output, the binary model (a weight
+    per feature and a bias: SNAP's 24-parameter SVM), instead of one output per class."""
 
 
 @dataclass
@@ -233,10 +236,11 @@ class NetworkSection:
     """Rate of every link of a topology other than ``star``, each way, in Mb/s (0: unlimited)."""
     failed_links: float = ranged(0.0, ge=0, le=1, zero="no failed links")
     """Fraction of links that fail (seeded; SNAP Fig. 9: 0.01 and 0.05), as ``failures`` says."""
-    failures: Literal["permanent", "transient"] = "permanent"
+    failures: Literal["permanent", "transient", "silent"] = "permanent"
     """``permanent``: that fraction of links is down both ways (a message between neighbours over one is lost,
     others detour); ``transient``: each message to a neighbour misses with that probability, one way, and its
-    sender learns of it (SNAP Sec. V: links "temporarily unavailable")."""
+    sender learns of it (SNAP Sec. V: links "temporarily unavailable"); ``silent``: as transient, but the message
+    is sent and never arrives, and its sender is not told (no acknowledgement)."""
     failed_from_s: float = ranged(0.0, ge=0)
     """When failures start (seconds on the run's clock)."""
     failed_for_s: float = ranged(0.0, ge=0, zero="until the run ends")

@@ -271,3 +271,33 @@ def test_channels_last_conv_is_the_convolution_and_trains_the_flat_vector(channe
     assert grads.abs().sum() > 0  # the gradients are in the flat vector
     torch.testing.assert_close(grads, torch.cat([ref.weight.grad.reshape(-1), ref.bias.grad]), rtol=1e-5, atol=1e-5)
     assert params.data_ptr() == ours.weight.data_ptr()  # still the flat vector's view
+
+
+def test_a_binary_linear_model_is_a_weight_per_feature_and_a_bias_with_the_binary_losses() -> None:
+    """``binary``: one score s as the logits (-s/2, s/2): 24 weights and a bias on 24 features (SNAP's SVM), and
+    the losses of ``loss_for`` on it are the binary ones: log(1 + exp(-y s)), max(0, 1 - y s)^2 / 2,
+    max(0, 1 - y s) / 2 with y = +-1."""
+    torch.manual_seed(0)
+    x, target = torch.randn(64, 24), torch.randint(0, 2, (64,))
+    y = 2.0 * target - 1.0
+    for name, binary_loss in (("logreg", lambda s: torch.log1p(torch.exp(-y * s))),
+                              ("l2svm", lambda s: (1 - y * s).clamp(min=0) ** 2 / 2),
+                              ("svm", lambda s: (1 - y * s).clamp(min=0) / 2)):
+        model = build_model(name, (24,), 2, binary=True)
+        assert _params(model) == 25
+        s = model[1](x).squeeze(1)  # the score
+        logits = model(x)
+        assert logits.shape == (64, 2) and torch.equal(logits.argmax(1), (s > 0).long())
+        assert torch.allclose(loss_for(name)(logits, target), binary_loss(s).mean(), rtol=1e-6)
+    # one output per class: moving both rows of weights alike changes no loss, a direction the binary model lacks
+    two = build_model("l2svm", (24,), 2)
+    before = loss_for("l2svm")(two(x), target)
+    with torch.no_grad():
+        two[1].weight += torch.randn(24)
+    assert torch.allclose(loss_for("l2svm")(two(x), target), before)
+
+
+@pytest.mark.parametrize(("name", "classes"), [("mlp", 2), ("lenet5", 2), ("l2svm", 3), ("logreg", 10)])
+def test_binary_is_refused_for_other_models_and_more_classes(name: str, classes: int) -> None:
+    with pytest.raises(UserError, match="model.binary = true is for a linear model"):
+        build_model(name, (1, 28, 28), classes, binary=True)

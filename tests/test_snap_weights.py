@@ -113,8 +113,12 @@ def test_algorithm1_step_is_one_over_100g_and_its_growth_is_1_01():
     # Sec. IV-C's example at that growth: T = 3 over 10 iterations leaves changes up to 0.28 unsent
     assert send_bound(3.0, 10, ape_growth(SNAPConfig(step="alg1", hessian_bound=8.6), 1 / 860)) == pytest.approx(
         0.28, abs=0.005)
-    fixed = SNAPConfig(lr=0.05, growth=1.01, hessian_bound=8.6)  # today's: the step and the growth are settings
-    assert step_size(fixed, smallest=-0.6) == 0.05 and ape_growth(fixed, 0.05) == 1.01
+    # at any other step, G given: the growth is 1 + alpha G at that step (Alg. 1 line 4); G not given: the setting
+    fixed = SNAPConfig(lr=0.05, hessian_bound=8.6)
+    assert step_size(fixed, smallest=-0.6) == 0.05 and ape_growth(fixed, 0.05) == pytest.approx(1.43, rel=1e-15)
+    bound = SNAPConfig(step="bound", lr=0.05, hessian_bound=2.0)
+    assert ape_growth(bound, step_size(bound, smallest=-0.6)) == pytest.approx(1 + 0.05 * 0.4 * 2.0, rel=1e-15)
+    assert ape_growth(SNAPConfig(lr=0.05, growth=1.2), 0.05) == 1.2
     bound = SNAPConfig(step="bound", lr=0.05)
     assert step_size(bound, smallest=-0.6) == pytest.approx(0.05 * 0.4)
 
@@ -126,8 +130,10 @@ def test_algorithm1_step_needs_g_and_its_growth_is_not_a_setting():
             "cluster.workers=4", "network.topology='ring'", "snap.step='alg1'"]
     with pytest.raises(UserError, match="snap.hessian_bound"):
         load_config(overrides=base)
-    with pytest.raises(UserError, match="snap.growth"):
-        load_config(overrides=[*base, "snap.hessian_bound=8.0", "snap.growth=1.4"])
+    for step in ("alg1", "fixed", "bound"):  # with G, the growth follows from the step and G
+        with pytest.raises(UserError, match="snap.growth"):
+            load_config(overrides=[*base, f"snap.step='{step}'", "snap.hessian_bound=8.0", "snap.growth=1.4"])
+    assert load_config(overrides=[*base, "snap.step='fixed'", "snap.growth=1.4"]).algo.growth == 1.4
     assert load_config(overrides=[*base, "snap.hessian_bound=8.0"]).algo.hessian_bound == 8.0
 
 

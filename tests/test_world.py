@@ -166,6 +166,18 @@ def test_transient_failures_miss_messages_to_neighbours_one_at_a_time_from_the_s
     with pytest.raises(ValueError, match="miss"):
         env.message(u, v, 100, 6.0)
     assert env_of(*common[:-3], "network.failures='permanent'")[0].topology.failed(0.0)  # the other model
+    # silent misses: the same draws miss, but the message is sent (costed as any other) and marked missed
+    silent, _ = env_of(*common[:4], "network.failures='silent'", *common[5:])
+    stream = silent.rng(u, "miss")
+    sent = [silent.message(u, v, 100, 6.0, miss=stream) for _ in range(200)]
+    assert [type(d).__name__ == "Missed" for d in sent] == fates[:200] and len(set(sent)) == 1
+
+
+def test_model_binary_reaches_the_model_builder():
+    from edgeml.runner import prepare
+
+    with pytest.raises(UserError, match="model.binary = true is for a linear model"):
+        prepare(load_config(overrides=["model.name='mlp'", "model.binary=true"]))[0]
 
 
 def test_graph_topologies_and_neighbours():

@@ -29,7 +29,7 @@ The interface is deliberately small, and shaped like the papers' pseudocode:
 cost in the run's topology, ``edgeml.world.World.message``, behind the sender's uplink, which transmits one
 message at a time; messages between two nodes arrive in the order they were sent), whether it is lost (a
 failed link or no path left, a transient miss, or the destination is dead when it would arrive: the sender's
-``last_lost``), and its bytes and byte-hops
+``last_lost``; a silent miss is sent, lost and not told), and its bytes and byte-hops
 (bytes x links crossed, SNAP Sec. II-B). ``push`` first waits the environment's random wait
 (``cluster.random_wait_s``, counted as waiting). A backend only delivers a
 message at its arrival time (``sim`` schedules an event, ``procs`` has the receiver hold it until then) and
@@ -69,6 +69,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
 from edgeml.rundir import AVERAGE_COLUMNS, EVAL_COLUMNS, eval_column  # evals.csv's own columns: no counter's
+from edgeml.world.model import Missed
 
 T = TypeVar("T")
 
@@ -261,7 +262,7 @@ class Node:
         self.last_lost = False
         """Whether the last message this node sent was lost (a failed link, no path left, a transient miss or a
         dead destination): the sender knows, as a failed connection tells it (SNAP keeps a neighbour's view of
-        its values by it)."""
+        its values by it). A silent miss (``network.failures = "silent"``) is lost untold: False."""
         self._arrivals: dict[int, float] = {}
         """Destination -> arrival time of the last message sent to it (messages between a pair stay in order)."""
         self._gen = None
@@ -478,7 +479,7 @@ class Node:
         fails = failure_point and p > 0 and self.is_worker and self._crash_rng.random() < p
         t = self.now()
         route = self.world.message(self.rank, dst, nbytes, t, self._jitter, detour, self._miss)
-        delivered, byte_hops = False, 0
+        delivered, byte_hops, missed = False, 0, isinstance(route, Missed)  # Missed: a silent miss, not told
         if route is not None:  # None: a failed link or no path left, the message is lost on the way
             start = max(t, self.up_busy)  # the uplink sends one message at a time, lost or not
             self.up_busy = start + route.tx
@@ -487,14 +488,14 @@ class Node:
             self.send_horizon = max(self.send_horizon, arrive)
             byte_hops = nbytes * route.hops
             msg = Message(self.rank, tag, data, nbytes, sent_at=t, arrive_at=arrive)
-            delivered = self.alive(dst, arrive) and self._deliver(dst, msg, last=fails)
+            delivered = not missed and self.alive(dst, arrive) and self._deliver(dst, msg, last=fails)
         c = self.counters
         c.messages_sent += 1
         c.bytes_sent += nbytes
         c.byte_hops += byte_hops
         if not delivered:
             c.messages_lost += 1
-        self.last_lost = not delivered
+        self.last_lost = not delivered and not missed
         self._tag(tag).add(1, nbytes, lost=not delivered, byte_hops=byte_hops)
         c.comm_s += self.now() - t  # handing the message over (zero on the virtual clock)
         if fails:

@@ -271,7 +271,7 @@ def network(cfg, roles: Mapping[str, list[int]]) -> topology.Topology:
         graph = topology.star(ranks, links)
     else:
         graph = _generated(cfg, roles, ranks, workers)
-    if net.failures == "transient" and net.failed_may_disconnect:
+    if net.failures != "permanent" and net.failed_may_disconnect:
         raise UserError("network.failed_may_disconnect applies to permanent failures: transient ones never cut a "
                         "link for more than a message; drop it or set network.failures = 'permanent'")
     if net.failed_links > 0 and net.failures == "permanent":
@@ -345,12 +345,12 @@ def build(cfg, roles: Mapping[str, list[int]], *, base_step_s: float | None = No
 
 
 def misses(cfg) -> Misses | None:
-    """Transient link failures (``network.failures = "transient"``), or None."""
+    """Transient link failures (``network.failures = "transient"`` or ``"silent"``), or None."""
     net = cfg.network
-    if net.failures != "transient" or net.failed_links <= 0:
+    if net.failures == "permanent" or net.failed_links <= 0:
         return None
     end = net.failed_from_s + net.failed_for_s if net.failed_for_s > 0 else math.inf
-    return Misses(net.failed_links, net.failed_from_s, end)
+    return Misses(net.failed_links, net.failed_from_s, end, told=net.failures == "transient")
 
 
 def node_name(roles: Mapping[str, list[int]], rank: int) -> str:

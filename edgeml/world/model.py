@@ -64,14 +64,22 @@ class Delivery(NamedTuple):
     hops: int
 
 
+class Missed(Delivery):
+    """A message sent, costed as any other, that never arrives, its sender not told (a silent miss)."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True)
 class Misses:
     """Transient link failures: during [start, end) each message sent to a neighbour (not routed) misses with
-    probability ``p``."""
+    probability ``p``; ``told``: its sender learns of the miss (it is lost before it leaves), otherwise it is sent
+    and never arrives (a silent miss)."""
 
     p: float
     start: float = 0.0
     end: float = float("inf")
+    told: bool = True
 
 
 @dataclass(frozen=True)
@@ -168,17 +176,20 @@ class World:
                 miss: random.Random | None = None) -> Delivery | None:
         """The cost of an ``nbytes`` message sent at ``t``, or ``None`` when it is lost (a failed link between
         neighbours, unless ``detour``, or no path left; with transient failures, a miss drawn from ``miss``, the
-        sender's stream ``rng(src, "miss")``, for a message sent without ``detour``). ``jitter``: the sender's
-        jitter stream, needed when ``jitter_s`` > 0."""
+        sender's stream ``rng(src, "miss")``, for a message sent without ``detour``; a silent miss is ``Missed``,
+        costed as any other). ``jitter``: the sender's jitter stream, needed when ``jitter_s``
+        > 0."""
         route = self.topology.route(src, dst, t, detour)
         if route is None:
             return None
         m = self.misses
+        missed = False
         if m is not None and not detour and m.start <= t < m.end:
             if miss is None:
                 raise ValueError("network.failures is transient: pass the sender's miss stream "
                                  "(World.rng(rank, 'miss'))")
-            if miss.random() < m.p:
+            missed = miss.random() < m.p
+            if missed and m.told:
                 return None
         if self.workloads:
             route = self._shared(route, t)
@@ -187,7 +198,7 @@ class World:
             if jitter is None:
                 raise ValueError("network.jitter_s is set: pass the sender's jitter stream (World.rng(rank, 'jitter'))")
             flight += jitter.uniform(0.0, self.jitter_s)
-        return Delivery(tx, flight, route.hops)
+        return (Missed if missed else Delivery)(tx, flight, route.hops)
 
     def all_reduce_time(self, ranks: Sequence[int], nbytes: int, t: float = 0.0) -> float:
         return self.topology.all_reduce_time(ranks, nbytes, t)

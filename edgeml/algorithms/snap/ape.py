@@ -6,12 +6,12 @@ parameter is sent only when it changed by more than T / sum_{l=1}^{I} (1 + alpha
 (``send_bound``; Alg. 1 line 4, I = ``hold`` = 10 iterations), so the bound of Eq. (27), sum_l (1 + alpha G)^l
 max|Delta x^{k-l}|, stays below T for at least I iterations; the peer tracks that bound with its own largest
 unsent change (``APESchedule``), and when it reaches T the stage ends and T shrinks by 10%, until T falls below
-``epsilon`` x T_0, where it stays (a small final APE avoids sending the last slight changes). 1 + alpha G is
-``growth`` (the paper's example 1.01, alpha = 1 / (100 G)): a setting beside a step ``lr`` of the peers' choice
-(``step = "fixed"`` or ``"bound"``), or 1 + alpha G from Algorithm 1 line 1's alpha = 1 / (100 G) (``step =
-"alg1"``, G = ``hessian_bound``: exactly 1.01; ``programs.ape_growth``). With a larger alpha G the bound of Eq.
-(27) grows so fast (its sum over 10 iterations is about 4,900 at 1 + alpha G = 2.2, against 10.6 at 1.01) that
-almost nothing would go unsent. With threshold 0 every changed parameter is sent (SNAP-0, Sec. V).
+``epsilon`` x T_0, where it stays (a small final APE avoids sending the last slight changes). The growth
+1 + alpha G is computed from the run's step and G = ``hessian_bound`` where G is given (Algorithm 1 line 4; at
+line 1's alpha = 1 / (100 G), ``step = "alg1"``, exactly the paper's example 1.01; ``programs.ape_growth``), else it
+is the ``growth`` setting. With a larger alpha G the bound of Eq. (27) grows fast (its sum over 10 iterations is
+10.6 at 1 + alpha G = 1.01, about 100 at 1.4, 4,900 at 2.2), and the send bound T / sum shrinks as fast. With
+threshold 0 every changed parameter is sent (SNAP-0, Sec. V).
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ never meet it, a loaded procs run can. Gradients are over the peer's whole shard
 Eq. 10): ``step = "bound"`` takes alpha = ``lr`` x 2 lambda_min(W~), the same fraction of each W's bound, where
 the default ``"fixed"`` gives every W the step ``lr`` (the paper does not say which its Fig. 5 used; at a fixed
 step well inside both bounds a W can only help through mixing); ``step = "alg1"`` takes Algorithm 1 line 1's
-alpha = 1 / (100 G) from G = ``hessian_bound``, so that the APE growth 1 + alpha G is the 1.01 of Sec. IV-C.
+alpha = 1 / (100 G) from G = ``hessian_bound``, so that the APE growth 1 + alpha G is the 1.01 of Sec. IV-C. Where G
+is given, SNAP's APE growth is 1 + alpha G at whatever step the run takes (Alg. 1 line 4).
 
 **Round clock** (Sec. II-B, IV-D: a global clock and a timer, as RIP). Round k starts at k x ``round_s``: a peer
 computes its update, sends its frames, then collects what arrives until the next tick; a neighbour whose message
@@ -38,7 +39,9 @@ one way only: the receiver "ignores the parameter updates that have not been rec
 last got (Sec. IV-D), and the sender, which learns of the miss (``Node.last_lost``), keeps counting the old
 values as held, so its next frame carries the changes again: both ends of the link still count the same values,
 the disagreement stays antisymmetric and the peers' average and EXTRA's fixed point are unchanged; only the
-consensus lags.
+consensus lags. With ``failures = "silent"`` (no acknowledgement) the sender is not told and counts the missed
+values as held: the two ends of the link count different values until a later frame carries those parameters
+again, and the disagreement term keeps each such gap, so the peers' average and the point they agree on move.
 
 **APE stages** (Sec. IV-C). With ``stages = "restart"`` (the default) every stage lasts ``hold`` iterations at
 every peer, as in the paper's example ("in the first 10 iterations ... APE threshold 3 ... After that, we restart
@@ -47,7 +50,10 @@ stage's end every peer restarts EXTRA from its current parameters (its next step
 D^0 - alpha g^0), until the threshold reaches its floor. The stages end together on the common clock: EXTRA's
 fixed point is optimal from any start, but a peer restarting alone drops its share of the accumulated correction
 and moves the fixed point. ``stages = "continue"``: each peer ends a stage by itself once the bound of Eq. (27)
-reaches T (Algorithm 1's "till APE exceeds T_k") and EXTRA runs on without a restart.
+reaches T (Algorithm 1's "till APE exceeds T_k") and EXTRA runs on without a restart. ``stages = "peer-restart"``:
+Algorithm 1 read literally, "run by each edge server in a distributed manner": each peer ends a stage by itself
+as with ``continue`` and restarts EXTRA from its current parameters there, alone (so the point the peers agree on
+moves with every such restart).
 
 Frames (Fig. 3): ``wire.snap_frame``, the smaller of the two structures, with ``value_bytes`` per value (8, the
 paper's doubles); a peer keeps, per neighbour, the values that neighbour holds of it.
@@ -148,10 +154,11 @@ class ExchangeConfig(PeerConfig):
     step: Literal["fixed", "bound", "alg1"] = "fixed"
     """``fixed``: alpha = ``lr`` for every W; ``bound``: alpha = ``lr`` x 2 lambda_min(W~), the same fraction of
     each W's step condition (Sec. IV-A; see the module docstring); ``alg1``: alpha = 1 / (100 G), G =
-    ``hessian_bound`` (Algorithm 1 line 1; ``lr`` unused), and SNAP's ``growth`` is 1 + alpha G = 1.01."""
-    hessian_bound: float = ranged(0.0, ge=0, zero="not given: only step = 'alg1' needs it")
+    ``hessian_bound`` (Algorithm 1 line 1; ``lr`` unused), so that SNAP's growth 1 + alpha G is 1.01."""
+    hessian_bound: float = ranged(0.0, ge=0, zero="not given: SNAP's growth is the growth setting")
     """G, the bound on every server's Hessian, |grad^2 f_i(x)| <= G (Sec. IV-C, Algorithm 1's input): the step
-    of ``step = "alg1"``. For a smooth f_i it is at least f_i's gradient Lipschitz constant."""
+    of ``step = "alg1"``, and SNAP's APE growth 1 + alpha G at any step (Alg. 1 line 4). For a smooth f_i it is at
+    least f_i's gradient Lipschitz constant (a linear model's: ``snap.weights.hessian_bound``)."""
     round_s: float = ranged(0.0, ge=0, zero="derived from the run")
     """Length of a round of the common clock, in seconds. 0 (auto): twice the slowest peer's step plus its
     frames to every neighbour at full size on its links, plus 10 ms for a real transport."""
@@ -174,19 +181,21 @@ class SNAPConfig(ExchangeConfig):
     shrink: float = ranged(0.9, gt=0, lt=1)
     """Factor applied to the threshold each time the APE reaches it (Sec. V: 0.9)."""
     growth: float = ranged(1.01, ge=1)
-    """1 + alpha G of Eqs. (25)-(27): the growth per iteration of an unsent change's error (the paper's example,
-    alpha = 1 / (100 G)), a setting with ``step = "fixed"`` or ``"bound"``; with ``"alg1"`` it follows from the
-    step (``ape_growth``) and must be left at 1.01."""
-    stages: Literal["restart", "continue"] = "restart"
+    """1 + alpha G of Eqs. (25)-(27), the growth per iteration of an unsent change's error, where G is not given
+    (the paper's example: 1.01, at alpha = 1 / (100 G)); with ``hessian_bound`` it follows from the run's step and
+    G (``ape_growth``, Alg. 1 line 4) and must be left at 1.01."""
+    stages: Literal["restart", "continue", "peer-restart"] = "restart"
     """``restart``: every stage lasts ``hold`` iterations at every peer, and EXTRA restarts from the current
     parameters at each (Sec. IV-C); ``continue``: a peer ends a stage once the bound of Eq. (27) reaches the
-    threshold, and EXTRA runs on (see the module docstring)."""
+    threshold, and EXTRA runs on; ``peer-restart``: a peer ends a stage so and restarts EXTRA there, by itself
+    (Alg. 1 at each server; see the module docstring)."""
 
     def validate(self, cfg) -> None:
         super().validate(cfg)
-        if self.step == "alg1" and self.growth != 1.01:
-            raise UserError(f"{cfg.run.algorithm}.growth = {self.growth}: with step = 'alg1' the growth is "
-                            f"1 + alpha G = 1.01 (Algorithm 1 line 1); leave growth at 1.01 or choose another step")
+        if self.hessian_bound and self.growth != 1.01:
+            raise UserError(f"{cfg.run.algorithm}.growth = {self.growth}: with hessian_bound = {self.hessian_bound} "
+                            f"the growth is 1 + alpha G (Algorithm 1 line 4); leave growth at 1.01, or set "
+                            f"hessian_bound = 0 to give the growth yourself")
 
 
 @dataclass
@@ -205,8 +214,9 @@ def step_size(cfg: ExchangeConfig, smallest: float) -> float:
 
 
 def ape_growth(cfg: SNAPConfig, alpha: float) -> float:
-    """1 + alpha G of Eqs. (25)-(27) at the step ``alpha``: from G under ``step = "alg1"``, else ``growth``."""
-    return 1.0 + alpha * cfg.hessian_bound if cfg.step == "alg1" else cfg.growth
+    """1 + alpha G of Eqs. (25)-(27) at the step ``alpha``, where G (``hessian_bound``) is given (Alg. 1 line 4:
+    at ``step = "alg1"`` exactly 1.01); else the ``growth`` setting."""
+    return 1.0 + alpha * cfg.hessian_bound if cfg.hessian_bound else cfg.growth
 
 
 # ------------------------------------------------------------------------------------------ SNAP's peers
@@ -317,7 +327,7 @@ def exchange_peer(node: Node, send_all: bool = False) -> None:
         restart = False
         if schedule is not None:
             threshold_now = schedule.threshold
-            restart = schedule.record(unsent) and cfg.stages == "restart"
+            restart = schedule.record(unsent) and cfg.stages != "continue"
         node.log("exchange", iteration=iteration, sent=sent, values=n * messages, messages=messages, bytes=nbytes,
                  threshold=threshold_now if schedule else 0.0,
                  ape=schedule.ape if schedule else 0.0, restart=int(restart))
