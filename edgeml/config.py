@@ -22,8 +22,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from edgeml.errors import UserError
-from edgeml.schema import (COMMON_SECTIONS, Config, check_fields, check_limits, did_you_mean, unknown_keys,
-                           update_section)
+from edgeml.schema import (BINARY_MODELS, COMMON_SECTIONS, Config, check_fields, check_limits, did_you_mean,
+                           unknown_keys, update_section)
 
 
 # --------------------------------------------------------------------------------------------- parsing
@@ -151,6 +151,9 @@ def validate(cfg: Config, *, paths: bool = True) -> None:
     if cfg.run.name and (Path(cfg.run.name).name != cfg.run.name or cfg.run.name in (".", "..")):
         raise UserError(f"run.name = {cfg.run.name!r} is not a single directory name: "
                         f"put the parent directory in --out and a plain name in --name")
+    if cfg.model.binary and cfg.model.name and cfg.model.name not in BINARY_MODELS:
+        raise UserError(f"model.binary = true is for a linear model ({', '.join(BINARY_MODELS)}) of two classes, not "
+                        f"'{cfg.model.name}': set model.binary = false, or choose such a model")
     if cfg.algo is not None and hasattr(cfg.algo, "validate"):
         cfg.algo.validate(cfg)
     # the world the run describes (profile, slowdowns, crashes, devices, load, links), built as the runner will

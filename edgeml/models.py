@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from edgeml.errors import UserError
-from edgeml.schema import did_you_mean
+from edgeml.schema import BINARY_MODELS, did_you_mean
 
 MODELS: dict[str, str] = {
     "logreg": "multinomial logistic regression: one linear layer, cross-entropy loss",
@@ -44,8 +44,6 @@ MODELS: dict[str, str] = {
     "squeezenet": "SqueezeNet 1.1 for small images: 3x3 stride-1 stem (~0.72M parameters)",
 }
 _FLAT_MODELS = ("logreg", "svm", "l2svm", "mlp", "mlp-128-64")
-LINEAR_MODELS = ("logreg", "svm", "l2svm")
-"""The models ``binary`` applies to (``build_model``)."""
 
 
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *, width: float = 1.0,
@@ -67,8 +65,8 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *, wi
                         "and it must be > 0")
     shape = tuple(int(d) for d in input_shape)
     if binary:
-        if name not in LINEAR_MODELS or num_classes != 2:
-            raise UserError(f"model.binary = true is for a linear model ({', '.join(LINEAR_MODELS)}) of two classes, "
+        if name not in BINARY_MODELS or num_classes != 2:
+            raise UserError(f"model.binary = true is for a linear model ({', '.join(BINARY_MODELS)}) of two classes, "
                             f"not '{name}' of {num_classes}: set model.binary = false, or choose such a model "
                             "and data set")
         return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(shape), 1), BinaryLogits())

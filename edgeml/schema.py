@@ -172,8 +172,12 @@ class ModelSection:
     width: float = ranged(1.0, gt=0)
     """MobileNet-v2's width multiplier (other models refuse values other than 1)."""
     binary: bool = False
-    """A linear model (logreg, svm, l2svm) of a two-class data set with one output, the binary model (a weight
-    per feature and a bias: SNAP's 24-parameter SVM), instead of one output per class."""
+    """A linear model (``BINARY_MODELS``) of a two-class data set with one output, the binary model (a weight per
+    feature and a bias: SNAP's 24-parameter SVM), instead of one output per class."""
+
+
+BINARY_MODELS = ("logreg", "svm", "l2svm")
+"""The models ``model.binary`` applies to: the linear ones."""
 
 
 @dataclass

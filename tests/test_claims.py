@@ -676,3 +676,47 @@ def test_a_bound_on_a_ratio_turns_round_when_said_of_the_run():
     run_censored, base_censored = case(INF, 280.0), case(10.0, INF)
     assert run_censored.measured.startswith("<= 28.00x") and "at least 1/28 of base's" in run_censored.words
     assert base_censored.measured.startswith(">= 28.00x") and "at most 1/28 of base's" in base_censored.words
+
+
+def test_a_claim_reads_the_average_model_where_its_runs_evaluate_another():
+    """``models = ["run", "average"]``: each target read on the run's own loss and on the servers' average model's
+    (``average_loss``); a run that evaluates one model (no such column) reads its own loss for both."""
+    from types import SimpleNamespace
+
+    from edgeml.analysis.readings import claim_targets
+    from edgeml.errors import UserError
+
+    raw = {"text": "t", "metric": "iterations_to_target", "run": "r", "kind": "reduction", "targets": [0.5, 0.4]}
+    c = parse_claim({**raw, "models": ["run", "average"]}, "x.toml", "b")
+    exp = SimpleNamespace(targets=[Target("loss", 0.6)], source=None)
+    ts = claim_targets(exp, c, None, [])
+    assert [(t.metric, t.value) for t in ts] == [("loss", 0.5), ("loss", 0.4), ("average_loss", 0.5),
+                                                 ("average_loss", 0.4)]
+    assert ts[2].short == "average_loss<=0.5" and ts[2].lower
+    assert [t.metric for t in claim_targets(exp, parse_claim(raw, "x.toml", "b"), None, [])] == ["loss", "loss"]
+    worst = pd.DataFrame({"time_s": [0, 1, 2, 3], "loss": [0.9, 0.7, 0.45, 0.3],
+                          "average_loss": [0.9, 0.45, 0.3, 0.3]})
+    one = worst.drop(columns="average_loss")
+    budget = {"time": 3.0, "steps": 0, "bytes": 0, "ingress": 0, "iterations": 0, "cost": 0}
+    assert reach(worst, ts[0], budget).value("time") == 2 and reach(worst, ts[2], budget).value("time") == 1
+    assert reach(one, ts[2], budget).value("time") == 2  # its own loss
+    for bad, words in (({"models": ["worst"]}, "models must be"), ({"models": "average"}, "models must be"),
+                       ({"models": ["run", "run"]}, "models must be"),
+                       ({"models": ["average"], "rule": "stopping", "targets": None}, "models applies")):
+        with pytest.raises(UserError, match=words):
+            parse_claim({k: v for k, v in {**raw, **bad}.items() if v is not None}, "x.toml", "b")
+    with pytest.raises(UserError, match="models applies"):
+        parse_claim({"text": "t", "metric": "final_accuracy", "run": "r", "kind": "value", "op": ">=",
+                     "paper_value": 0.5, "models": ["average"]}, "x.toml", "b")
+
+
+def test_the_first_model_is_the_claims_reading_and_the_others_are_never_headline():
+    from edgeml.analysis.readings import secondary
+
+    raw = {"text": "t", "metric": "iterations_to_target", "run": "r", "kind": "reduction", "targets": [0.5],
+           "headline": True, "reading": "open"}
+    first_run = parse_claim({**raw, "models": ["run", "average"]}, "x.toml", "b")
+    first_average = parse_claim({**raw, "models": ["average", "run"]}, "x.toml", "b")
+    loss, average = Target("loss", 0.5), Target("average_loss", 0.5)
+    assert not secondary(first_run, loss) and secondary(first_run, average)
+    assert secondary(first_average, loss) and not secondary(first_average, average)

@@ -159,3 +159,68 @@ def test_a_run_at_algorithm1s_step_is_the_fixed_step_of_that_size(tmp_path):
     assert len(a) > 20 and np.allclose(a.loss, b.loss, rtol=1e-9, atol=0)
     ex = [pd.read_csv(p / "series/exchange.csv") for p in (alg1, fixed)]
     assert ex[0].sent.tolist() == ex[1].sent.tolist()  # the same send bound, so the same values sent
+
+
+# ------------------------------------------------------------------------------------------ G, Algorithm 1's input
+
+
+def test_the_linear_hessian_bound_is_the_hessian_where_every_sample_is_in_the_margin():
+    """For the binary L2-SVM the Hessian of f_i (mean loss + weight decay) is (1/n) sum over samples in the margin of
+    x~ x~^T + lambda I: at the zero model every sample is in the margin, so its largest eigenvalue is the bound;
+    at a trained model fewer are, and it lies below."""
+    import torch
+
+    from edgeml.algorithms.snap.programs import linear_hessian_bound
+    from edgeml.models import build_model
+
+    torch.manual_seed(0)
+    x = torch.randn(200, 5).double() * torch.tensor([3.0, 1, 1, 0.5, 2]).double()
+    y = (x[:, 0] + x[:, 1] > 0).long()  # separable enough that a trained model leaves samples outside the margin
+    model = build_model("l2svm", (5,), 2, binary=True).double()
+    flat = torch.cat([p.reshape(-1) for p in model.parameters()])
+
+    def f(theta):  # the binary model's squared hinge (tests/test_models.py), twice differentiable by hand
+        s = x @ theta[:5] + theta[5]
+        return ((1 - (2.0 * y - 1) * s).clamp(min=0) ** 2 / 2).mean() + 0.05 * (theta ** 2).sum()
+
+    G = linear_hessian_bound([x], "l2svm", weight_decay=0.1)
+    at_zero = torch.linalg.eigvalsh(torch.autograd.functional.hessian(f, torch.zeros_like(flat)))[-1].item()
+    assert at_zero == pytest.approx(G, rel=1e-9)
+    theta = flat.detach().clone().requires_grad_(True)
+    opt = torch.optim.LBFGS([theta], max_iter=200)
+
+    def closure():
+        opt.zero_grad()
+        loss = f(theta)
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    trained = torch.linalg.eigvalsh(torch.autograd.functional.hessian(f, theta.detach()))[-1].item()
+    assert 0.1 < trained < 0.9 * G
+    assert linear_hessian_bound([x[:100], x[100:]], "logreg", 0.0) == pytest.approx(
+        0.25 * max(linear_hessian_bound([x[:100]], "l2svm", 0.0), linear_hessian_bound([x[100:]], "l2svm", 0.0)))
+    with pytest.raises(ValueError, match="svm"):
+        linear_hessian_bound([x], "svm", 0.0)
+
+
+def test_the_snap_experiments_g_bounds_every_servers_hessian_in_its_simulations():
+    """experiments/snap gives G (``hessian_bound``) as a number: it must bound the Hessian of every server's f_i in
+    every simulation it runs: each size (and the quick ones), seed and split, on the data set and weight decay of its
+    runs (Algorithm 1's input, a bound on every server)."""
+    import tomllib
+    from pathlib import Path
+
+    from edgeml.algorithms.snap.programs import linear_hessian_bound
+    from edgeml.data import load_dataset, partition
+
+    text = (Path(__file__).resolve().parents[1] / "experiments" / "snap" / "experiment.toml").read_text()
+    given = {float(g) for g in __import__("re").findall(r"hessian_bound = ([0-9.]+)", text)}
+    assert len(given) == 1
+    exp = tomllib.loads(text)
+    assert exp["settings"]["data"]["dataset"] == "credit-full-rank" and exp["settings"]["model"]["binary"] is True
+    ds = load_dataset("credit-full-rank")
+    needed = max(linear_hessian_bound([ds.x_train[s] for s in partition(ds.y_train, n, split, seed=seed)], "l2svm",
+                                      weight_decay=0.1)
+                 for n in (10, 20, 40, 60, 80, 100) for seed in range(10) for split in ("iid", "sorted"))
+    assert needed <= given.pop() < 1.1 * needed  # a bound, and not a loose one

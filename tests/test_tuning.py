@@ -199,3 +199,26 @@ def test_the_report_tables_the_choice_beside_what_the_tuned_runs_use(tuned, tmp_
         timed = "4" if c.setting["cluster.hetero"] == "1:3" else "1"
         assert cells[5] == timed + (" (differs)" if str(c.chosen) != timed else "")
     assert ("but alt uses ssp.staleness = 2" in capsys.readouterr().err) == any("alt" in c.differs() for c in found)
+
+
+def test_any_quantity_to_the_target_tunes_as_the_time_does(tuned):
+    """``by = "cost_to_target"`` (bytes x hops to the target): the least mean wins, a censored seed counts as
+    never, and the table names the quantity."""
+    from edgeml.reproduce.tuning import table
+
+    path = tuned.replace("toy.toml", "cost.toml")
+    open(path, "w").write(TUNED.replace('by = "time_to_target"', 'by = "cost_to_target"'))
+    exp = load_experiment(path)
+    planned = plan(exp)
+    cost = {("H=1", 1): 300.0, ("H=1", 4): 200.0, ("1:3", 1): 300.0, ("1:3", 4): 100.0}
+    frame = _per_run(planned, {(h, s, seed): (10, 0.5) for h in ("H=1", "1:3") for s in (1, 4) for seed in (5, 6)})
+    frame["cost_to_target"] = [cost[(p.point["cluster.hetero"], p.point["ssp.staleness"])]
+                               for p in planned if p.spec == "tune"]
+    frame.loc[[i for i, p in enumerate(q for q in planned if q.spec == "tune")
+               if p.point == {"cluster.hetero": "1:3", "ssp.staleness": 4} and p.seed == 6], "censored"] = True
+    spec = next(s for s in exp.runs if s.name == "tune")
+    found = {c.setting["cluster.hetero"]: c for c in choices(spec, planned, planned, frame, "accuracy")}
+    assert found["H=1"].chosen == 4 and found["H=1"].by == "cost_to_target"
+    assert found["1:3"].chosen == 1 and found["1:3"].scores[4][0] == math.inf  # the cheaper one missed on seed 6
+    text = "\n".join(table(spec, list(found.values()), "accuracy>=0.5", quick=False))
+    assert "by the least mean cost to accuracy>=0.5, a candidate with a censored seed counting as never" in text

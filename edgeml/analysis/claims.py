@@ -43,6 +43,10 @@ Every claim may also say:
   accuracy).
 - ``rule`` (``stays``, ``first``, ``smoothed``, ``stopping``) for a claim on a target: the arrival rule it is
   decided on (default: the experiment's); ``window`` the number of evaluations the ``smoothed`` rule averages.
+- ``models = ["run", "average"]`` for a claim on a loss (accuracy) target: read it on the loss the run evaluates
+  (``run``: its ``eval.models``, SNAP's worst server) and on the servers' average model (``average``: the
+  evaluations' ``average_loss``; a run that evaluates one model reads its own), each a result of its own; the
+  first is the claim's reading, the others secondary results beside it (never headline ones).
 - ``reading = { quote = "...", section = "ADSP Sec. 5.2" }``: how the paper itself defines the quantity the
   claim measures (a short verbatim quote and where it stands), or ``reading = "open"`` where the paper leaves it
   open; printed with the claim. A headline claim must have one.
@@ -76,7 +80,8 @@ REACHED = "reached"
 """A claim's target that is no number: the highest accuracy (lowest loss) every run of the claim reaches
 (``convergence.highest_reached``)."""
 CLAIM_KEYS = {"text", "metric", "run", "baseline", "kind", "paper_value", "op", "direction", "effect", "seeds",
-              "targets", "rule", "figure", "margin", "headline", "window", "diagnosis", "reading", "within", "epochs"}
+              "targets", "rule", "figure", "margin", "headline", "window", "diagnosis", "reading", "within", "epochs",
+              "models"}
 MIN_SEEDS = 2
 """The seeds any verdict needs: one run never decides a claim."""
 HEADLINE_SEEDS = 5
@@ -159,6 +164,9 @@ class Claim:
     """An equivalence claim's range of the effect ("about the same"), in the kind's units."""
     epochs: tuple[int, ...] | None = None
     """The completed epochs the claim is read at, in the place of ``targets``."""
+    models: tuple[str, ...] = ("run",)
+    """Whose loss (accuracy) a claim on a target reads: ``run``, what the run evaluates (``eval.models``);
+    ``average``, the servers' average model (``average_loss``), where the run evaluates another."""
 
     @property
     def on_target(self) -> bool:
@@ -298,7 +306,23 @@ def parse_claim(raw: dict, where: str, default_baseline: str) -> Claim:
                  tuple(t if t == REACHED else float(t) for t in targets) if targets else None, rule,
                  raw.get("figure"), float(margin) if margin is not None else None, headline, window,
                  parse_diagnosis(raw.get("diagnosis"), bad), parse_reading(raw.get("reading"), headline, bad),
-                 within, tuple(epochs) if epochs else None)
+                 within, tuple(epochs) if epochs else None, parse_models(raw.get("models"), raw, bad))
+
+
+MODELS = ("run", "average")
+"""What ``models`` may name (``Claim.models``)."""
+
+
+def parse_models(models, raw: dict, bad) -> tuple[str, ...]:
+    if models is None:
+        return ("run",)
+    if not (isinstance(models, list) and models and all(m in MODELS for m in models)
+            and len(set(models)) == len(models)):
+        raise bad(f"models must be a non-empty list of distinct {' and '.join(MODELS)}, e.g. models = [\"run\", "
+                  "\"average\"]: whose loss the claim's targets read")
+    if raw["metric"] not in TARGET_METRICS or raw.get("epochs") is not None or raw.get("rule") == "stopping":
+        raise bad("models applies to a claim read at loss or accuracy targets (a time, steps, bytes... to one)")
+    return tuple(models)
 
 
 def parse_reading(raw, headline: bool, bad) -> Reading | None:

@@ -72,7 +72,7 @@ class Target:
             return f"{self.value:g} epochs completed"
         if self.rule == "stopping":
             return "the stopping rule (loss variance over the last evaluations below the run's threshold)"
-        op = ">=" if self.metric == "accuracy" else "<="
+        op = "<=" if self.lower else ">="
         rule = {"stays": "stays ", "smoothed": f"(mean of {self.window} evaluations) ", "first": "first "}
         return f"{self.metric} {rule[self.rule]}{op} {self.value:g}" + (f" ({self.note})" if self.note else "")
 
@@ -89,10 +89,15 @@ class Target:
         """A label for table headers and file names: 'loss<=0.9', 'stopping rule'."""
         if self.rule == "stopping":
             return "stopping rule"
-        return f"{self.metric}{'>=' if self.metric != 'loss' else '<='}{self.value:g}"
+        return f"{self.metric}{'<=' if self.lower else '>='}{self.value:g}"
+
+    @property
+    def lower(self) -> bool:
+        """Whether the metric falls to the target (a loss: ``loss``, ``average_loss``) rather than rises to it."""
+        return self.metric.endswith("loss")
 
     def meets(self, values: np.ndarray) -> np.ndarray:
-        return values >= self.value if self.metric != "loss" else values <= self.value
+        return values <= self.value if self.lower else values >= self.value
 
 
 @dataclass(frozen=True)
@@ -185,10 +190,21 @@ def reach(evals: pd.DataFrame, target: Target, end: dict, stop: tuple[float, int
 def _arrival(evals: pd.DataFrame, target: Target) -> tuple[pd.DataFrame, int | None]:
     """The evaluations that measure ``target``'s metric, and the index among them where the target is reached by
     its rule (None: not reached, or no such column, as before a run's first epoch is counted)."""
-    if target.metric not in evals:
+    column = metric_column(evals, target.metric)
+    if column is None:
         return evals.iloc[:0], None
-    rows = evals[evals[target.metric].notna()]
-    return rows, target_index(rows[target.metric].to_numpy(dtype=float), target)
+    rows = evals[evals[column].notna()]
+    return rows, target_index(rows[column].to_numpy(dtype=float), target)
+
+
+def metric_column(evals: pd.DataFrame, metric: str) -> str | None:
+    """The evaluations' column that holds ``metric``: its own, or for the average model's (``average_loss``) in a
+    run that evaluates one model, or the servers' average itself (no such column), that model's ``loss``; None
+    where there is none."""
+    if metric in evals:
+        return metric
+    own = metric.removeprefix("average_")
+    return own if own != metric and own in evals else None
 
 
 def value_at(evals: pd.DataFrame, target: Target, column: str) -> float | None:
@@ -199,7 +215,7 @@ def value_at(evals: pd.DataFrame, target: Target, column: str) -> float | None:
     rows, i = _arrival(evals, target)
     if i is None or column not in evals:
         return None
-    start = first_index(rows[target.metric].to_numpy(dtype=float) >= target.value - 1) or 0
+    start = first_index(rows[metric_column(evals, target.metric)].to_numpy(dtype=float) >= target.value - 1) or 0
     seen = pd.to_numeric(rows[column].iloc[start:i + 1], errors="coerce").dropna()
     return float(seen.mean()) if len(seen) else None
 
@@ -237,10 +253,11 @@ def highest_reached(runs: Iterable[Run], target: Target, step: float = REACHED_S
     runs = list(runs)
     if not runs or target.rule == "stopping":
         return None
-    higher = target.metric == "accuracy"
+    higher = not target.lower
     levels = []
     for r in runs:
-        values = r.evals[target.metric].to_numpy(dtype=float) if target.metric in r.evals else np.array([])
+        column = metric_column(r.evals, target.metric)
+        values = r.evals[column].to_numpy(dtype=float) if column else np.array([])
         values = values[np.isfinite(values)]
         if values.size == 0:
             return None
@@ -263,5 +280,5 @@ def highest_reached(runs: Iterable[Run], target: Target, step: float = REACHED_S
             return None
         levels.append(lo)
     level = round((min(levels) if higher else max(levels)) * step, 9)
-    starts = [float(r.evals[target.metric].dropna().iloc[0]) for r in runs]
+    starts = [float(r.evals[metric_column(r.evals, target.metric)].dropna().iloc[0]) for r in runs]
     return level if (level > max(starts) if higher else level < min(starts)) else math.nan

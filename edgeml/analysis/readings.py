@@ -34,7 +34,7 @@ def claim_targets(exp, claim: Claim, cmp: Comparison, runs: list[Run]) -> list[T
     """The targets ``claim`` is decided at: its own, else the headline target; ``REACHED`` becomes the highest
     level every run of the claim's sides reaches (``highest_reached``; none while no run has finished, and
     left out where it equals another of the claim's targets; NaN, reported as not measured, where no level
-    above the runs' start is reached by all)."""
+    above the runs' start is reached by all); each on the loss (accuracy) of each of the claim's ``models``."""
     if not claim.on_target:
         return []
     if claim.epochs:
@@ -48,20 +48,22 @@ def claim_targets(exp, claim: Claim, cmp: Comparison, runs: list[Run]) -> list[T
         raise UserError(f"{exp.source.name}: claim {claim.text!r} needs targets: the experiment's rule is the "
                         "stopping rule, which has none")
     targets = []
-    for v in values:
-        t = Target(headline.metric, 0.0 if v == REACHED else v, rule, window=claim.window or SMOOTH_WINDOW)
-        if v == REACHED:
-            level = highest_reached(claim_runs(claim, runs), t)
-            if level is None or level in values:
-                continue
-            t = replace(t, value=level, note=REACHED_NOTE if not math.isnan(level) else NO_LEVEL_NOTE)
-        targets.append(t)
+    for model in claim.models:  # the run's own loss (accuracy), then the servers' average model's
+        metric = f"average_{headline.metric}" if model == "average" else headline.metric
+        for v in values:
+            t = Target(metric, 0.0 if v == REACHED else v, rule, window=claim.window or SMOOTH_WINDOW)
+            if v == REACHED:
+                level = highest_reached(claim_runs(claim, runs), t)
+                if level is None or level in values:
+                    continue
+                t = replace(t, value=level, note=REACHED_NOTE if not math.isnan(level) else NO_LEVEL_NOTE)
+            targets.append(t)
     return targets
 
 
 def no_level(claim: Claim, target: Target, names: dict[str, str], figure: str) -> Result:
     """A claim's result at a ``REACHED`` target that has no level: not measured, and why."""
-    better = "above" if target.metric == "accuracy" else "below"
+    better = "below" if target.lower else "above"
     why = (f"no {target.metric} {better} where the runs start is reached by every run ({RULE_NAMES[target.rule]}; "
            "a run that diverged ends below its start)")
     return Result(claim.text, f"{target.metric} ({NO_LEVEL_NOTE})", paper_text(claim, names), "n/a",
@@ -109,8 +111,15 @@ def check_claims(exp, runs: list[Run], cmp: Comparison, planned: list) -> list[R
                             if not r.at or x.at in ("", r.at))
                 named = f"{r.target} ({t.note})" if t is not None and t.note else r.target
                 results.append(replace(r, target=named, figure=claim_figure(c, planned), other_rule=other,
-                                       ablations=abl))
+                                       ablations=abl, headline=r.headline and not secondary(c, t)))
     return results
+
+
+def secondary(claim: Claim, target: Target | None) -> bool:
+    """Whether ``target`` reads the claim on another of its ``models`` than the first, the claim's own reading: a
+    secondary result beside it, never a headline one."""
+    model = "average" if target is not None and target.metric.startswith("average_") else "run"
+    return claim.models.index(model) > 0
 
 
 def other_rule(claim: Claim, result: Result, samples, target: Target, other: Target | None,

@@ -32,9 +32,15 @@ import pandas as pd
 
 from edgeml.rundir import fmt_value
 
-BY = {"time_to_target": "lower", "best_accuracy": "higher", "final_accuracy": "higher", "final_loss": "lower",
-      "best_loss": "lower"}
-"""What ``tunes.by`` may name, and which way is better."""
+BY = {"time_to_target": "lower", "steps_to_target": "lower", "iterations_to_target": "lower",
+      "bytes_to_target": "lower", "cost_to_target": "lower", "best_accuracy": "higher", "final_accuracy": "higher",
+      "final_loss": "lower", "best_loss": "lower"}
+"""What ``tunes.by`` may name, and which way is better. The ``_to_target`` ones are read at the experiment's first
+target, a candidate with a censored seed counting as never reaching it."""
+
+
+def to_target(by: str) -> bool:
+    return by.endswith("_to_target")
 
 
 @dataclass
@@ -103,8 +109,7 @@ def choices(spec: Any, done: list, planned: list, per_run: pd.DataFrame, target_
     for setting, candidates in grouped.items():
         by = tunes.by
         unstable = {v: n for v, rs in candidates.items() if (n := sum(r["_diverged"] for r in rs))}
-        if by == "time_to_target" and all(any(r["censored"] for r in rs) for v, rs in candidates.items()
-                                          if v not in unstable):
+        if to_target(by) and all(any(r["censored"] for r in rs) for v, rs in candidates.items() if v not in unstable):
             by = fallback
         scores = {v: (score(rs, by), len(rs), sum(bool(r["censored"]) for r in rs)) for v, rs in candidates.items()}
         chosen = best({v: s[0] for v, s in scores.items() if v not in unstable}, by)
@@ -122,8 +127,9 @@ def choices(spec: Any, done: list, planned: list, per_run: pd.DataFrame, target_
 
 
 def score(rows: list[dict], by: str) -> float:
-    """The mean of ``by`` over a candidate's seeds; a time with a censored seed is infinite (never)."""
-    if by == "time_to_target" and any(r["censored"] for r in rows):
+    """The mean of ``by`` over a candidate's seeds; a time (steps, bytes...) to the target with a censored seed is
+    infinite (never)."""
+    if to_target(by) and any(r["censored"] for r in rows):
         return math.inf
     return sum(float(r[by]) for r in rows) / len(rows)
 
@@ -179,10 +185,10 @@ def table(spec: Any, found: list[Choice], target: str, quick: bool) -> list[str]
     head = ["setting" if settings_keys else "", "by"] + [f"{key}={fmt_value(v)}" for v in values] + ["chosen"]
     if not quick:
         head += [f"{name} uses ({tunes.runs[name]})" for name in tuned]
-    what = {"time_to_target": f"the least mean time to {target}, a candidate with a censored seed counting as "
-                              "never reaching it (where every candidate has one: the best mean final value)",
-            "best_accuracy": "the highest mean best accuracy", "final_accuracy": "the highest mean final accuracy",
-            "final_loss": "the least mean final loss", "best_loss": "the least mean best loss"}[tunes.by]
+    what = {"best_accuracy": "the highest mean best accuracy", "final_accuracy": "the highest mean final accuracy",
+            "final_loss": "the least mean final loss", "best_loss": "the least mean best loss"}.get(tunes.by) or (
+        f"the least mean {tunes.by.removesuffix('_to_target').replace('_', ' ')} to {target}, a candidate with a "
+        "censored seed counting as never reaching it (where every candidate has one: the best mean final value)")
     note = (" With --quick the tuned runs keep their quick settings." if quick else
             " A tuned run that uses another value is marked (differs): write the choice into its points.")
     seeds = sorted({s for c in found for s in c.seeds})

@@ -158,7 +158,7 @@ class ExchangeConfig(PeerConfig):
     hessian_bound: float = ranged(0.0, ge=0, zero="not given: SNAP's growth is the growth setting")
     """G, the bound on every server's Hessian, |grad^2 f_i(x)| <= G (Sec. IV-C, Algorithm 1's input): the step
     of ``step = "alg1"``, and SNAP's APE growth 1 + alpha G at any step (Alg. 1 line 4). For a smooth f_i it is at
-    least f_i's gradient Lipschitz constant (a linear model's: ``snap.weights.hessian_bound``)."""
+    least f_i's gradient Lipschitz constant (a binary linear model's: ``linear_hessian_bound``)."""
     round_s: float = ranged(0.0, ge=0, zero="derived from the run")
     """Length of a round of the common clock, in seconds. 0 (auto): twice the slowest peer's step plus its
     frames to every neighbour at full size on its links, plus 10 ms for a real transport."""
@@ -211,6 +211,24 @@ def step_size(cfg: ExchangeConfig, smallest: float) -> float:
     if cfg.step == "bound":
         return cfg.lr * (1.0 + smallest)  # 2 lambda_min(W~) = 1 + lambda_min(W), Eq. (7)
     return cfg.lr
+
+
+def linear_hessian_bound(shards, model: str, weight_decay: float) -> float:
+    """G for a binary linear model (``model.binary``) over the servers' shards (each a samples x features tensor):
+    the largest over servers of lambda_max(X~_i^T X~_i / n_i) x c + lambda, X~_i the shard with a column of ones
+    (the bias), c the loss's largest second derivative in the score (the squared hinge's, max(0, 1 - y s)^2 / 2
+    per sample: 1; the logistic loss's: 1/4) and lambda the weight decay. The Hessian of f_i is (1/n_i) sum over
+    samples of that second derivative times x~ x~^T plus lambda I, so this bounds it at every x."""
+    import torch
+
+    c = {"l2svm": 1.0, "logreg": 0.25}.get(model)
+    if c is None:
+        raise ValueError(f"no Hessian bound for '{model}': l2svm or logreg (the hinge of 'svm' has none)")
+    largest = 0.0
+    for x in shards:
+        x = torch.cat([x.reshape(len(x), -1).double(), torch.ones(len(x), 1, dtype=torch.float64)], 1)
+        largest = max(largest, float(torch.linalg.eigvalsh(x.T @ x / len(x))[-1]))
+    return c * largest + weight_decay
 
 
 def ape_growth(cfg: SNAPConfig, alpha: float) -> float:
