@@ -152,7 +152,7 @@ def _load_sklearn(name: str) -> Dataset:
     from sklearn.datasets import load_breast_cancer, load_digits
     from sklearn.model_selection import train_test_split
 
-    if name.startswith("credit-"):
+    if name in ("credit-synthetic", "credit-full-rank"):
         x, y = credit_synthetic(full_rank=name == "credit-full-rank")
     else:
         bunch = load_digits() if name == "digits" else load_breast_cancer()

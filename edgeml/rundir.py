@@ -752,8 +752,8 @@ LATE_SHARE = 0.1
 def _late_sent_fraction(run: Run) -> float | None:
     """Of the values a SNAP-family run's frames could have carried (parameters x frames), the share they sent, over
     its last ``LATE_SHARE`` of iterations (``series/exchange.csv``, kept where a figure draws the ``exchange``
-    panel): near 0 where the exchange falls silent as the iteration converges (SNAP Fig. 4(b)), near 1 where
-    parameters keep changing. None for a run without that series."""
+    panel: ``DRAWN_SERIES``): near 0 where the exchange falls silent as the iteration converges (SNAP Fig. 4(b)),
+    near 1 where parameters keep changing. None for a run without that series."""
     ex = run.table(f"{SERIES}/exchange.csv", required=False)
     if ex is None or not {"iteration", "sent", "values"} <= set(ex.columns) or ex.empty:
         return None
@@ -766,6 +766,10 @@ DERIVED = {"window_prediction_error": _window_prediction_error, "accuracy_jitter
            "persistence_error": _persistence_error, "prediction_over_persistence": _prediction_over_persistence,
            "late_sent_fraction": _late_sent_fraction}
 """Quantities read from a run's series beyond ``decisions.csv`` (``Run.decided``), by name."""
+DRAWN_SERIES = {"late_sent_fraction": "exchange"}
+"""The ``DERIVED`` quantities whose series a reproduction keeps only where a figure draws it (SNAP's exchange: a row
+per server and iteration, too large to keep in every run): a claim on one must read runs drawn in such a figure
+(``edgeml.reproduce.validate``)."""
 DERIVED_SERIES = ("epochs",)
 """The series the ``DERIVED`` quantities read: a reproduction keeps them whole in every run that has them, drawn
 or not (``edgeml.analysis.figures.compact_run``)."""

@@ -699,7 +699,12 @@ def test_a_claim_reads_the_average_model_where_its_runs_evaluate_another():
     one = worst.drop(columns="average_loss")
     budget = {"time": 3.0, "steps": 0, "bytes": 0, "ingress": 0, "iterations": 0, "cost": 0}
     assert reach(worst, ts[0], budget).value("time") == 2 and reach(worst, ts[2], budget).value("time") == 1
-    assert reach(one, ts[2], budget).value("time") == 2  # its own loss
+    from edgeml.analysis.convergence import run_evals
+
+    averaged = SimpleNamespace(evals=one, config={"eval": {"models": "average"}})  # its loss is the average's
+    assert reach(run_evals(averaged, "average_loss"), ts[2], budget).value("time") == 2
+    older = SimpleNamespace(evals=one, config={"eval": {"models": "worst"}})  # the worst server's: no average read
+    assert reach(run_evals(older, "average_loss"), ts[2], budget).censored
     for bad, words in (({"models": ["worst"]}, "models must be"), ({"models": "average"}, "models must be"),
                        ({"models": ["run", "run"]}, "models must be"),
                        ({"models": ["average"], "rule": "stopping", "targets": None}, "models applies")):
@@ -720,3 +725,19 @@ def test_the_first_model_is_the_claims_reading_and_the_others_are_never_headline
     loss, average = Target("loss", 0.5), Target("average_loss", 0.5)
     assert not secondary(first_run, loss) and secondary(first_run, average)
     assert secondary(first_average, loss) and not secondary(first_average, average)
+    alone = parse_claim({**raw, "models": ["average"]}, "x.toml", "b")
+    assert not secondary(alone, average) and not secondary(alone, None) and not secondary(first_run, None)
+
+
+def test_a_claim_on_the_average_model_under_the_experiments_stopping_rule_is_refused():
+    from types import SimpleNamespace
+    from pathlib import Path
+
+    from edgeml.analysis.readings import claim_targets
+    from edgeml.errors import UserError
+
+    c = parse_claim({"text": "t", "metric": "time_to_target", "run": "r", "kind": "reduction", "models": ["average"]},
+                    "x.toml", "b")
+    exp = SimpleNamespace(targets=[Target("loss", rule="stopping")], source=Path("x.toml"))
+    with pytest.raises(UserError, match="stopping rule reads the run's own loss"):
+        claim_targets(exp, c, None, [])

@@ -176,8 +176,12 @@ def test_transient_failures_miss_messages_to_neighbours_one_at_a_time_from_the_s
 def test_model_binary_reaches_the_model_builder():
     from edgeml.runner import prepare
 
-    with pytest.raises(UserError, match="model.binary = true is for a linear model"):
-        prepare(load_config(overrides=["model.name='mlp'", "model.binary=true"]))[0]
+    for name in ("'mlp'", "''"):  # a data set's default model is never a linear one
+        with pytest.raises(UserError, match="model.binary = true is for a linear model"):
+            prepare(load_config(overrides=[f"model.name={name}", "model.binary=true"]))[0]
+    job = prepare(load_config(overrides=["data.dataset='credit-full-rank'", "model.name='l2svm'",
+                                         "model.binary=true"]))[0]
+    assert job.init_params.numel() == 25 and sum(p.numel() for p in job.make_model().parameters()) == 25  # SNAP's SVM
 
 
 def test_graph_topologies_and_neighbours():

@@ -61,7 +61,7 @@ at (``edgeml.analysis.claims``)."""
 
 @dataclass(frozen=True)
 class Target:
-    metric: str  # "accuracy" or EPOCHS (reach at least) or "loss" (fall to at most)
+    metric: str  # accuracy, average_accuracy or EPOCHS (reach at least); loss, average_loss (fall to at most)
     value: float = 0.0  # unused by the stopping rule
     rule: str = "stays"
     note: str = ""
@@ -190,21 +190,22 @@ def reach(evals: pd.DataFrame, target: Target, end: dict, stop: tuple[float, int
 def _arrival(evals: pd.DataFrame, target: Target) -> tuple[pd.DataFrame, int | None]:
     """The evaluations that measure ``target``'s metric, and the index among them where the target is reached by
     its rule (None: not reached, or no such column, as before a run's first epoch is counted)."""
-    column = metric_column(evals, target.metric)
-    if column is None:
+    if target.metric not in evals:
         return evals.iloc[:0], None
-    rows = evals[evals[column].notna()]
-    return rows, target_index(rows[column].to_numpy(dtype=float), target)
+    rows = evals[evals[target.metric].notna()]
+    return rows, target_index(rows[target.metric].to_numpy(dtype=float), target)
 
 
-def metric_column(evals: pd.DataFrame, metric: str) -> str | None:
-    """The evaluations' column that holds ``metric``: its own, or for the average model's (``average_loss``) in a
-    run that evaluates one model, or the servers' average itself (no such column), that model's ``loss``; None
-    where there is none."""
-    if metric in evals:
-        return metric
+def run_evals(run: Run, metric: str) -> pd.DataFrame:
+    """The run's evaluations, where ``metric`` is the average model's (``average_loss``) and the run evaluates that
+    model itself (``eval.models = "average"``, which writes no such column) with its ``loss`` as that column; a
+    run that evaluates other models and lacks the column (made before it existed) has none: not measured."""
+    evals = run.evals
     own = metric.removeprefix("average_")
-    return own if own != metric and own in evals else None
+    if own != metric and metric not in evals and own in evals and \
+            (run.config.get("eval") or {}).get("models", "average") == "average":
+        return evals.assign(**{metric: evals[own]})
+    return evals
 
 
 def value_at(evals: pd.DataFrame, target: Target, column: str) -> float | None:
@@ -215,7 +216,7 @@ def value_at(evals: pd.DataFrame, target: Target, column: str) -> float | None:
     rows, i = _arrival(evals, target)
     if i is None or column not in evals:
         return None
-    start = first_index(rows[metric_column(evals, target.metric)].to_numpy(dtype=float) >= target.value - 1) or 0
+    start = first_index(rows[target.metric].to_numpy(dtype=float) >= target.value - 1) or 0
     seen = pd.to_numeric(rows[column].iloc[start:i + 1], errors="coerce").dropna()
     return float(seen.mean()) if len(seen) else None
 
@@ -232,10 +233,10 @@ def reach_run(run: Run, target: Target) -> Reach:
 
 def _reach_run(run: Run, target: Target) -> Reach:
     s, stop = run.summary, run.config.get("stop", {})
-    return reach(run.evals, target, {"time": s["duration_s"], "steps": s["total_steps"], "bytes": s["total_bytes"],
-                                     "ingress": s["ps_ingress_bytes"],
-                                     "iterations": (s.get("counts") or {}).get("iterations", math.nan),
-                                     "cost": s.get("total_byte_hops", math.nan)},
+    spent = {"time": s["duration_s"], "steps": s["total_steps"], "bytes": s["total_bytes"],
+             "ingress": s["ps_ingress_bytes"], "iterations": (s.get("counts") or {}).get("iterations", math.nan),
+             "cost": s.get("total_byte_hops", math.nan)}
+    return reach(run_evals(run, target.metric), target, spent,
                  (float(stop.get("loss_variance") or 0.0), int(stop.get("window") or 0)))
 
 
@@ -256,8 +257,8 @@ def highest_reached(runs: Iterable[Run], target: Target, step: float = REACHED_S
     higher = not target.lower
     levels = []
     for r in runs:
-        column = metric_column(r.evals, target.metric)
-        values = r.evals[column].to_numpy(dtype=float) if column else np.array([])
+        evals = run_evals(r, target.metric)
+        values = evals[target.metric].to_numpy(dtype=float) if target.metric in evals else np.array([])
         values = values[np.isfinite(values)]
         if values.size == 0:
             return None
@@ -280,5 +281,5 @@ def highest_reached(runs: Iterable[Run], target: Target, step: float = REACHED_S
             return None
         levels.append(lo)
     level = round((min(levels) if higher else max(levels)) * step, 9)
-    starts = [float(r.evals[metric_column(r.evals, target.metric)].dropna().iloc[0]) for r in runs]
+    starts = [float(run_evals(r, target.metric)[target.metric].dropna().iloc[0]) for r in runs]
     return level if (level > max(starts) if higher else level < min(starts)) else math.nan

@@ -42,6 +42,9 @@ def claim_targets(exp, claim: Claim, cmp: Comparison, runs: list[Run]) -> list[T
     headline = (exp.targets or cmp.targets)[0]
     rule = claim.rule or headline.rule
     if rule == "stopping":
+        if claim.models != ("run",):
+            raise UserError(f"{exp.source.name}: claim {claim.text!r} reads models {list(claim.models)}, but the "
+                            "experiment's stopping rule reads the run's own loss: drop models, or give targets")
         return [Target("loss", rule="stopping")]
     values = claim.targets or ([headline.value] if headline.rule != "stopping" else [])
     if not values:
@@ -119,7 +122,7 @@ def secondary(claim: Claim, target: Target | None) -> bool:
     """Whether ``target`` reads the claim on another of its ``models`` than the first, the claim's own reading: a
     secondary result beside it, never a headline one."""
     model = "average" if target is not None and target.metric.startswith("average_") else "run"
-    return claim.models.index(model) > 0
+    return target is not None and claim.models[0] != model
 
 
 def other_rule(claim: Claim, result: Result, samples, target: Target, other: Target | None,

@@ -236,13 +236,23 @@ def _unknown_metric(where: str, what: str, metric: str, algorithms: list[str]) -
 
 
 def _claims(exp: Experiment, where: str) -> None:
+    from edgeml.rundir import DRAWN_SERIES
+
     texts: set[str] = set()
     for c in exp.claims:
         if c.text in texts or texts.add(c.text):  # verdicts are matched by their claim's text (--check, scoreboard)
             raise UserError(f"{where}: two claims read {c.text!r}: word each claim its own way")
-        algorithms = _algorithms(_entries(exp, c.run, c.baseline))
+        entries = _entries(exp, c.run, c.baseline)
+        algorithms = _algorithms(entries)
         if not (c.epochs or _computable(c.metric, algorithms)):  # at epochs: accuracy, loss (claims checked them)
             raise _unknown_metric(where, f"claim {c.text!r}", c.metric, algorithms)
+        series = DRAWN_SERIES.get(c.metric)
+        undrawn = [r.name for r in entries if series and not any(
+            f not in exp.figures or series in (exp.figures[f].panels or [series]) for f in r.figure)]
+        if undrawn:
+            raise UserError(f"{where}: claim {c.text!r} reads {c.metric} from series/{series}.csv, which a "
+                            f"reproduction keeps only in runs a figure draws it for: put {undrawn[0]} in a figure with "
+                            f"the {series!r} panel")
 
 
 def _config_keys(algorithms: list[str]) -> set[str]:

@@ -17,7 +17,8 @@ latency(b) + bytes / min(up(a), down(b)) + the sender's commit delay; ``complete
 and ``edges`` graphs give every link ``link_latency_s`` and ``link_mbps``. ``network.failed_links`` takes a
 seeded fraction of links down (``topology.random_outage``) with ``failures = "permanent"``; with ``"transient"``
 each message sent to a neighbour misses with that probability instead (``Misses``), drawn from the sender's
-seeded stream, and the sender learns of it.
+seeded stream, and the sender learns of it; with ``"silent"`` it misses alike, sent and never delivered, and the
+sender is not told (``Missed``).
 Each message's flight gains a seeded jitter drawn uniformly from [0, ``jitter_s``].
 
 Random waits (AdaComp Sec. IV-A: "a random waiting time, for each worker, between the effective
@@ -119,7 +120,7 @@ class World:
     crash_prob: float = 0.0
     """Probability that a worker fails right after each push (``cluster.crash_prob``)."""
     misses: Misses | None = None
-    """Transient link failures (``network.failures = "transient"``), or None."""
+    """Transient link failures (``network.failures = "transient"`` or ``"silent"``), or None."""
     _work: dict[int, list[Workload]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -186,7 +187,7 @@ class World:
         missed = False
         if m is not None and not detour and m.start <= t < m.end:
             if miss is None:
-                raise ValueError("network.failures is transient: pass the sender's miss stream "
+                raise ValueError("network.failures misses messages: pass the sender's miss stream "
                                  "(World.rng(rank, 'miss'))")
             missed = miss.random() < m.p
             if missed and m.told:
