@@ -434,3 +434,22 @@ def test_registering_a_taken_name_or_alias_is_refused():
         assert REGISTRY["bsp"] is mine
     finally:
         REGISTRY["bsp"] = bsp
+
+
+def test_a_claim_on_a_series_kept_only_where_drawn_must_read_runs_drawn_with_it(tmp_path):
+    """late_sent_fraction reads series/exchange.csv, which a reproduction keeps only in runs a figure draws the
+    exchange panel for: SNAP's claim on it loads; the same claim on runs no such figure draws is refused, one line."""
+    import shutil
+    from pathlib import Path
+
+    from edgeml.reproduce.load import load_experiment
+
+    root = Path(__file__).resolve().parents[1] / "experiments" / "snap"
+    load_experiment(str(root))
+    shutil.copytree(root, tmp_path / "snap")
+    toml = tmp_path / "snap" / "experiment.toml"
+    text = toml.read_text()
+    assert 'run = "svm-sent-snap0"\nop = ">="' in text
+    toml.write_text(text.replace('run = "svm-sent-snap0"\nop = ">="', 'run = "svm-snap0"\nop = ">="'))
+    with pytest.raises(UserError, match="reads late_sent_fraction from series/exchange.csv.*put svm-snap0 in a figure"):
+        load_experiment(str(tmp_path / "snap"))
