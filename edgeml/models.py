@@ -47,7 +47,33 @@ _FLAT_MODELS = ("logreg", "svm", "l2svm", "mlp", "mlp-128-64")
 
 
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *, width: float = 1.0,
-                binary: bool = False) -> nn.Module:
+                binary: bool = False, init: str = "default") -> nn.Module:
+    """``_build``, then its initial weights as ``init`` says (``edgeml.schema.ModelSection.init``)."""
+    model = _build(name, input_shape, num_classes, width=width, binary=binary)
+    if init == "truncated-normal":
+        initialize_truncated_normal(model)
+    elif init != "default":
+        raise UserError(f"model.init = {init!r}: use 'default' or 'truncated-normal'")
+    return model
+
+
+def initialize_truncated_normal(model: nn.Module, std: float = 0.1, bias: float = 0.1) -> None:
+    """Every weight from a normal of standard deviation ``std`` redrawn beyond two of them, every bias ``bias``
+    (TensorFlow's ``truncated_normal(stddev=0.1)`` and ``constant(0.1)``); drawn from torch's global generator, as
+    the default initialization is. Normalization layers keep theirs (scale 1, shift 0)."""
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, (nn.BatchNorm2d, nn.GroupNorm, nn.LayerNorm)):
+                continue
+            for pname, p in module.named_parameters(recurse=False):
+                if pname == "bias":
+                    p.fill_(bias)
+                else:
+                    nn.init.trunc_normal_(p, std=std, a=-2 * std, b=2 * std)
+
+
+def _build(name: str, input_shape: tuple[int, ...], num_classes: int, *, width: float = 1.0,
+           binary: bool = False) -> nn.Module:
     """Build a freshly initialized model mapping a batch of ``input_shape`` samples to ``num_classes`` logits.
 
     ``width`` is MobileNet-v2's width multiplier (channels scaled, rounded to multiples of 8). ``binary``: a linear

@@ -174,6 +174,10 @@ class ModelSection:
     binary: bool = False
     """A linear model (``BINARY_MODELS``) of a two-class data set with one output, the binary model (a weight per
     feature and a bias: SNAP's 24-parameter SVM), instead of one output per class."""
+    init: Literal["default", "truncated-normal"] = "default"
+    """The initial weights: ``default``, PyTorch's for each layer; ``truncated-normal``, every weight from a normal of
+    standard deviation 0.1 cut at two of them and every bias 0.1 (TensorFlow's ``truncated_normal`` set-up, as
+    AdaComp's authors' code and TensorFlow's tutorials initialize)."""
 
 
 BINARY_MODELS = ("logreg", "svm", "l2svm")

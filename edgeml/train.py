@@ -70,8 +70,8 @@ class Job:
     def make_model(self) -> nn.Module:
         ds = self.dataset
         torch.manual_seed(self.cfg.run.seed)
-        return build_model(self.model_name, ds.input_shape, ds.num_classes, width=self.cfg.model.width,
-                           binary=self.cfg.model.binary)
+        m = self.cfg.model
+        return build_model(self.model_name, ds.input_shape, ds.num_classes, width=m.width, binary=m.binary, init=m.init)
 
     def forward_work(self, samples: int) -> float:
         """Work, in training steps, of a forward pass over ``samples`` samples (``FORWARD_WORK`` per batch)."""
@@ -122,7 +122,8 @@ def build_job(cfg, world: World) -> Job:
                         f"{len(shards[smallest])} training samples ({cfg.data.partition} split of {len(pool)} "
                         f"over {n} workers): use --batch-size {len(shards[smallest])} or less, or fewer workers")
     torch.manual_seed(cfg.run.seed)
-    model = build_model(model_name, ds.input_shape, ds.num_classes, width=cfg.model.width, binary=cfg.model.binary)
+    m = cfg.model
+    model = build_model(model_name, ds.input_shape, ds.num_classes, width=m.width, binary=m.binary, init=m.init)
     init, _ = flatten_module(model)
     g = torch.Generator().manual_seed(cfg.run.seed + 7)
     n_test = len(ds.y_test)

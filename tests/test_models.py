@@ -301,3 +301,27 @@ def test_a_binary_linear_model_is_a_weight_per_feature_and_a_bias_with_the_binar
 def test_binary_is_refused_for_other_models_and_more_classes(name: str, classes: int) -> None:
     with pytest.raises(UserError, match="model.binary = true is for a linear model"):
         build_model(name, (1, 28, 28), classes, binary=True)
+
+
+def test_the_truncated_normal_initialization_is_tensorflows():
+    """model.init = "truncated-normal": every weight within two standard deviations of 0.1 with the truncated
+    normal's spread (0.1 x 0.88), every bias 0.1, normalization layers untouched; seeded as the default is."""
+    torch.manual_seed(3)
+    model = build_model("adacomp-cnn", (1, 28, 28), 10, init="truncated-normal")
+    weights = torch.cat([p.reshape(-1) for n, p in model.named_parameters() if not n.endswith("bias")])
+    biases = torch.cat([p.reshape(-1) for n, p in model.named_parameters() if n.endswith("bias")])
+    assert weights.abs().max() <= 0.2 and abs(weights.std().item() - 0.1 * 0.8796) < 0.002
+    assert torch.equal(biases, torch.full_like(biases, 0.1))
+    torch.manual_seed(3)
+    again = build_model("adacomp-cnn", (1, 28, 28), 10, init="truncated-normal")
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), again.parameters()))
+    resnet = build_model("resnet18", (3, 32, 32), 10, init="truncated-normal")
+    norms = [m for m in resnet.modules() if isinstance(m, nn.BatchNorm2d)]
+    assert norms and all(torch.equal(m.weight, torch.ones_like(m.weight)) for m in norms)
+    torch.manual_seed(3)
+    default = build_model("adacomp-cnn", (1, 28, 28), 10)
+    torch.manual_seed(3)
+    assert all(torch.equal(a, b) for a, b in zip(default.parameters(), build_model("adacomp-cnn", (1, 28, 28), 10,
+                                                                                   init="default").parameters()))
+    with pytest.raises(UserError, match="model.init"):
+        build_model("mlp", (30,), 2, init="xavier")
