@@ -167,8 +167,9 @@ def undiagnosed(claims: list[Claim], results: list[Result]) -> list[Result]:
 
 
 def diagnosis_cause(claim: Claim | None, result: Result) -> str:
-    """What ``verdicts.csv`` says of a result's diagnosis: its claim's cause, "not yet diagnosed" where it owes
-    one and has none, else ""."""
-    if claim is not None and claim.diagnosis:
-        return claim.diagnosis.cause
-    return "not yet diagnosed" if owes_diagnosis(result.decision) else ""
+    """What ``verdicts.csv`` says of a result's diagnosis, where it owes one: its claim's cause, or "not yet
+    diagnosed" where the claim has none; "" for a result that owes none (a claim's diagnosis speaks of its results
+    away from the paper, not of those at another target or point that hold)."""
+    if not owes_diagnosis(result.decision):
+        return ""
+    return claim.diagnosis.cause if claim is not None and claim.diagnosis else "not yet diagnosed"
