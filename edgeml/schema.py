@@ -247,8 +247,7 @@ class NetworkSection:
     failures: Literal["permanent", "transient", "silent"] = "permanent"
     """``permanent``: that fraction of links is down both ways (a message between neighbours over one is lost,
     others detour); ``transient``: each message to a neighbour misses with that probability, one way, and its
-    sender learns of it (SNAP Sec. V: links "temporarily unavailable"); ``silent``: as transient, but the message
-    is sent and never arrives, and its sender is not told (no acknowledgement)."""
+    sender learns of it (SNAP Sec. V); ``silent``: it misses so untold."""
     failed_from_s: float = ranged(0.0, ge=0)
     """When failures start (seconds on the run's clock)."""
     failed_for_s: float = ranged(0.0, ge=0, zero="until the run ends")

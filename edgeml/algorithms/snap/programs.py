@@ -185,10 +185,9 @@ class SNAPConfig(ExchangeConfig):
     (the paper's example: 1.01, at alpha = 1 / (100 G)); with ``hessian_bound`` it follows from the run's step and
     G (``ape_growth``, Alg. 1 line 4) and must be left at 1.01."""
     stages: Literal["restart", "continue", "peer-restart"] = "restart"
-    """``restart``: every stage lasts ``hold`` iterations at every peer, and EXTRA restarts from the current
-    parameters at each (Sec. IV-C); ``continue``: a peer ends a stage once the bound of Eq. (27) reaches the
-    threshold, and EXTRA runs on; ``peer-restart``: a peer ends a stage so and restarts EXTRA there, by itself
-    (Alg. 1 at each server; see the module docstring)."""
+    """``restart``: every stage lasts ``hold`` iterations at every peer, then all restart EXTRA (Sec. IV-C);
+    ``continue``: a peer ends a stage once the bound of Eq. (27) reaches the threshold, EXTRA runs on;
+    ``peer-restart``: so, and that peer alone restarts EXTRA (Alg. 1 at each server)."""
 
     def validate(self, cfg) -> None:
         super().validate(cfg)
