@@ -22,7 +22,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from edgeml.errors import UserError
-from edgeml.schema import (BINARY_MODELS, COMMON_SECTIONS, Config, check_fields, check_limits, did_you_mean,
+from edgeml.schema import (COMMON_SECTIONS, Config, check_binary, check_fields, check_limits, did_you_mean,
                            unknown_keys, update_section)
 
 
@@ -151,10 +151,8 @@ def validate(cfg: Config, *, paths: bool = True) -> None:
     if cfg.run.name and (Path(cfg.run.name).name != cfg.run.name or cfg.run.name in (".", "..")):
         raise UserError(f"run.name = {cfg.run.name!r} is not a single directory name: "
                         f"put the parent directory in --out and a plain name in --name")
-    if cfg.model.binary and cfg.model.name not in BINARY_MODELS:  # a data set's default model is never linear
-        raise UserError(f"model.binary = true is for a linear model ({', '.join(BINARY_MODELS)}) of two classes, not "
-                        f"'{cfg.model.name or 'the data set default'}': set model.binary = false, or model.name to "
-                        "such a model")
+    if cfg.model.binary:
+        check_binary(cfg.model.name)
     if cfg.algo is not None and hasattr(cfg.algo, "validate"):
         cfg.algo.validate(cfg)
     # the world the run describes (profile, slowdowns, crashes, devices, load, links), built as the runner will

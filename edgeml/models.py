@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from edgeml.errors import UserError
-from edgeml.schema import BINARY_MODELS, did_you_mean
+from edgeml.schema import check_binary, did_you_mean
 
 MODELS: dict[str, str] = {
     "logreg": "multinomial logistic regression: one linear layer, cross-entropy loss",
@@ -91,10 +91,7 @@ def _build(name: str, input_shape: tuple[int, ...], num_classes: int, *, width: 
                         "and it must be > 0")
     shape = tuple(int(d) for d in input_shape)
     if binary:
-        if name not in BINARY_MODELS or num_classes != 2:
-            raise UserError(f"model.binary = true is for a linear model ({', '.join(BINARY_MODELS)}) of two classes, "
-                            f"not '{name}' of {num_classes}: set model.binary = false, or choose such a model "
-                            "and data set")
+        check_binary(name, num_classes)
         return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(shape), 1), BinaryLogits())
     if name in _FLAT_MODELS:
         features = math.prod(shape)

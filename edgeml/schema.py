@@ -184,6 +184,18 @@ BINARY_MODELS = ("logreg", "svm", "l2svm")
 """The models ``model.binary`` applies to: the linear ones."""
 
 
+def check_binary(name: str, classes: int | None = None) -> None:
+    """Refuse ``model.binary`` for ``name`` (empty: the data set's default, never linear) other than a linear model,
+    or, where known, a data set of other than two ``classes``."""
+    from edgeml.errors import UserError
+
+    if name not in BINARY_MODELS or classes not in (None, 2):
+        of = f" of {classes} classes" if classes not in (None, 2) else ""
+        raise UserError(f"model.binary = true is for a linear model ({', '.join(BINARY_MODELS)}) of two classes, not "
+                        f"'{name or 'the data set default'}'{of}: set model.binary = false, or choose such a model "
+                        "and data set")
+
+
 @dataclass
 class ClusterSection:
     workers: int = ranged(4, ge=1)
