@@ -639,8 +639,9 @@ class Run:
     def decided(self, name: str) -> float | None:
         """The mean of a quantity the algorithm decided (``series/decisions.csv``, rows named ``name``), or one
         ``DERIVED`` from its series."""
-        if name in DERIVED:
-            return DERIVED[name](self)
+        read = derived(name)
+        if read is not None:
+            return read(self)
         d = self._decisions(name)
         return None if d is None else float(d.mean())
 
@@ -754,22 +755,61 @@ def _late_sent_fraction(run: Run) -> float | None:
     its last ``LATE_SHARE`` of iterations (``series/exchange.csv``, kept where a figure draws the ``exchange``
     panel: ``DRAWN_SERIES``): near 0 where the exchange falls silent as the iteration converges (SNAP Fig. 4(b)),
     near 1 where parameters keep changing. None for a run without that series."""
-    ex = run.table(f"{SERIES}/exchange.csv", required=False)
-    if ex is None or not {"iteration", "sent", "values"} <= set(ex.columns) or ex.empty:
+    ex = _exchange(run)
+    if ex is None:
         return None
-    late = ex[ex["iteration"] >= (1 - LATE_SHARE) * (ex["iteration"].max() + 1)]
-    values = float(late["values"].sum())
-    return float(late["sent"].sum()) / values if values > 0 else None
+    return _sent_share(ex[ex["iteration"] >= (1 - LATE_SHARE) * (ex["iteration"].max() + 1)])
+
+
+def _exchange(run: Run):
+    ex = run.table(f"{SERIES}/exchange.csv", required=False)
+    return None if ex is None or not {"iteration", "sent", "values"} <= set(ex.columns) or ex.empty else ex
+
+
+def _sent_share(rows) -> float | None:
+    values = float(rows["values"].sum())
+    return float(rows["sent"].sum()) / values if values > 0 else None
+
+
+def _sent_fraction_at(run: Run, iteration: int) -> float | None:
+    """``sent_fraction_at_<k>``: of the values a SNAP-family run's frames could have carried at its iteration k
+    (counted from 0, every server), the share they sent. For SNAP-0, which sends every value that changed, one minus
+    it is the share of parameters unchanged in that iteration (SNAP Fig. 2(a)). None without that iteration."""
+    ex = _exchange(run)
+    return None if ex is None else _sent_share(ex[ex["iteration"] == iteration])
 
 
 DERIVED = {"window_prediction_error": _window_prediction_error, "accuracy_jitter": _accuracy_jitter,
            "persistence_error": _persistence_error, "prediction_over_persistence": _prediction_over_persistence,
            "late_sent_fraction": _late_sent_fraction}
 """Quantities read from a run's series beyond ``decisions.csv`` (``Run.decided``), by name."""
-DRAWN_SERIES = {"late_sent_fraction": "exchange"}
-"""The ``DERIVED`` quantities whose series a reproduction keeps only where a figure draws it (SNAP's exchange: a row
-per server and iteration, too large to keep in every run): a claim on one must read runs drawn in such a figure
-(``edgeml.reproduce.validate``)."""
+DERIVED_FAMILIES = {"sent_fraction_at_": _sent_fraction_at}
+"""``DERIVED`` quantities with a whole number in their name (``sent_fraction_at_15``: at iteration 15), by prefix."""
+DRAWN_SERIES = {"late_sent_fraction": "exchange", "sent_fraction_at_": "exchange"}
+"""The ``DERIVED`` quantities (and families, by prefix) whose series a reproduction keeps only where a figure draws
+it (SNAP's exchange: a row per server and iteration, too large to keep in every run): a claim on one must read runs
+drawn in such a figure (``edgeml.reproduce.validate``)."""
+
+
+def derived(name: str):
+    """How to read the ``DERIVED`` quantity ``name`` (a function of the run), of a family's included; else None."""
+    if name in DERIVED:
+        return DERIVED[name]
+    for prefix, read in DERIVED_FAMILIES.items():
+        k = name[len(prefix):]
+        if name.startswith(prefix) and k.isdigit() and k.isascii():
+            return functools.partial(read, iteration=int(k))
+    return None
+
+
+def drawn_series(name: str) -> str | None:
+    """The series a derived quantity reads that a reproduction keeps only where a figure draws it (``DRAWN_SERIES``)."""
+    if derived(name) is None:
+        return None
+    return next((s for key, s in DRAWN_SERIES.items() if name == key or (key in DERIVED_FAMILIES
+                                                                            and name.startswith(key))), None)
+
+
 DERIVED_SERIES = ("epochs",)
 """The series the ``DERIVED`` quantities read: a reproduction keeps them whole in every run that has them, drawn
 or not (``edgeml.analysis.figures.compact_run``)."""

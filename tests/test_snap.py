@@ -550,3 +550,22 @@ def test_the_late_share_of_values_sent_is_one_for_sno_and_lower_for_snap(tmp_pat
     ex = pd.read_csv(paths["snap"] / "series/exchange.csv")
     tail = ex[ex.iteration >= 0.9 * (ex.iteration.max() + 1)]
     assert late["snap"] == pytest.approx(tail.sent.sum() / tail["values"].sum(), rel=1e-12)
+
+
+def test_the_share_sent_at_an_iteration_reads_that_iteration_of_every_server(tmp_path):
+    """``sent_fraction_at_<k>`` (SNAP Fig. 2(a): one minus it is SNAP-0's share of unchanged parameters): the values
+    sent over those the frames could carry at iteration k, summed over the servers; exactly 1 for SNO at every k;
+    None past the run's last iteration; names that are no family member read nothing."""
+    from edgeml import rundir
+
+    paths = {a: sim_run(tmp_path, a, "stop.max_time=20") for a in ("sno", "snap0")}
+    runs = {a: rundir.load_runs([str(p)])[0] for a, p in paths.items()}
+    ex = pd.read_csv(paths["snap0"] / "series/exchange.csv")
+    for k in (0, 3, int(ex.iteration.max())):
+        rows = ex[ex.iteration == k]
+        assert len(rows) == 8  # every server's row
+        assert runs["snap0"].decided(f"sent_fraction_at_{k}") == pytest.approx(rows.sent.sum() / rows["values"].sum())
+        assert runs["sno"].decided(f"sent_fraction_at_{k}") == 1.0
+    assert runs["snap0"].decided(f"sent_fraction_at_{int(ex.iteration.max()) + 1}") is None
+    assert [rundir.derived(n) for n in ("sent_fraction_at_", "sent_fraction_at_1.5", "sent_fraction_at_x")] == [None] * 3
+    assert rundir.drawn_series("sent_fraction_at_15") == "exchange" and rundir.drawn_series("sent_fraction_at_") is None

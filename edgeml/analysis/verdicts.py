@@ -642,8 +642,8 @@ def _unit(claim: Claim) -> str:
         return "s"
     if claim.metric == "bytes_to_target":
         return "MB"
-    if claim.metric.endswith(("fraction", "accuracy")):  # a difference of two shares is in percentage points
-        return "pp" if kind == "difference" else "%"
+    if claim.metric.endswith(("fraction", "accuracy")) or "_fraction_" in claim.metric:  # shares; their difference
+        return "pp" if kind == "difference" else "%"  # is in percentage points
     return ""
 
 
@@ -699,7 +699,11 @@ def metric_noun(metric: str) -> str:
     """A metric as words: "time to the target", "bytes per second", "final accuracy"."""
     if metric in QUANTITY_NOUNS:
         return QUANTITY_NOUNS[metric]
+    from edgeml.rundir import DERIVED, derived
+
     m = metric.replace("_per_s", " per second")
+    if metric not in DERIVED and derived(metric) is not None:  # a family's: "sent fraction at iteration 15"
+        m = m.replace("_at_", "_at_iteration_")
     return (m[:-2] + " (s)" if m.endswith("_s") else m).replace("_", " ")
 
 

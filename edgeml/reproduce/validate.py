@@ -222,21 +222,25 @@ def _algorithms(entries: list[RunSpec]) -> list[str]:
 def _computable(metric: str, algorithms: list[str]) -> bool:
     from edgeml.algorithms import REGISTRY
 
-    return metric in metrics() or (bool(algorithms) and all(metric in REGISTRY[a].decisions for a in algorithms))
+    from edgeml.rundir import derived
+
+    return metric in metrics() or derived(metric) is not None or (
+        bool(algorithms) and all(metric in REGISTRY[a].decisions for a in algorithms))
 
 
 def _unknown_metric(where: str, what: str, metric: str, algorithms: list[str]) -> UserError:
     from edgeml.algorithms import REGISTRY
+    from edgeml.rundir import DERIVED_FAMILIES
     from edgeml.schema import did_you_mean
 
     own = sorted(set.intersection(*(set(REGISTRY[a].decisions) for a in algorithms))) if algorithms else []
-    known = [*metrics(), *own]
+    known = [*metrics(), *(f"{p}<iteration>" for p in DERIVED_FAMILIES), *own]
     return UserError(f"{where}: {what} names metric {metric!r}{did_you_mean(metric, known)}, which the analysis "
                      f"does not compute for {', '.join(algorithms) or 'its runs'}: choose one of {', '.join(known)}")
 
 
 def _claims(exp: Experiment, where: str) -> None:
-    from edgeml.rundir import DRAWN_SERIES
+    from edgeml.rundir import drawn_series
 
     texts: set[str] = set()
     for c in exp.claims:
@@ -246,7 +250,7 @@ def _claims(exp: Experiment, where: str) -> None:
         algorithms = _algorithms(entries)
         if not (c.epochs or _computable(c.metric, algorithms)):  # at epochs: accuracy, loss (claims checked them)
             raise _unknown_metric(where, f"claim {c.text!r}", c.metric, algorithms)
-        series = DRAWN_SERIES.get(c.metric)
+        series = drawn_series(c.metric)
         undrawn = [r.name for r in entries if series and not any(
             f not in exp.figures or series in (exp.figures[f].panels or [series]) for f in r.figure)]
         if undrawn:

@@ -201,15 +201,19 @@ def exchange(df: pd.DataFrame, context: str = "") -> Figure:
     """SNAP's selective exchange (SNAP Sec. IV-C, Fig. 4(b)): the fraction of the values its frames could
     carry that the peers sent, per iteration (summed over peers, mean over seeds; SNO sends every value, SNAP-0
     every changed one), and the APE threshold in force (mean over peers and seeds; 0 for SNAP-0 and SNO, left
-    out), both on log axes; each run's markers start at their own offset, so that equal lines stay told apart.
-    Where a run's restart flags are logged, its stage ends are ticked on the threshold."""
+    out: the panel is drawn only where a run has one), on log axes where the values span more than a decade, else
+    linear from 0 (SNAP Fig. 2(a)'s reading); each run's markers start at their own offset, so that equal lines stay
+    told apart."""
     st = Styles.of(df)
-    fig, axes = new_figure(1, 2, 11, 4.6)
+    thresholds = bool((df["threshold"] > 0).any())
+    fig, axes = new_figure(1, 2, 11, 4.6) if thresholds else new_figure(1, 1, 6.5, 4.6)
     per = (df.groupby(["run", "method", "seed", "iteration"], sort=False)
            .agg(sent=("sent", "sum"), values=("values", "sum"), threshold=("threshold", "mean")).reset_index())
     per = per.assign(fraction=per["sent"] / per["values"].where(per["values"] > 0))
     mean = per.groupby(["run", "method", "iteration"], sort=False)[["fraction", "threshold"]].mean().reset_index()
     floor = None
+    shown = mean.loc[mean["fraction"] > 0, "fraction"]
+    logarithmic = len(shown) > 0 and float(shown.max()) > 10 * float(shown.min())
     runs = mean.groupby("run", sort=False)
     for k, (run, d) in enumerate(runs):
         method = d["method"].iloc[0]
@@ -219,26 +223,31 @@ def exchange(df: pd.DataFrame, context: str = "") -> Figure:
         every = max(1, len(d) // 8)
         kw = dict(color=st.colour[method], marker=st.marker[method], ls=ls, lw=1.3, ms=5,
                   markevery=(k * every // runs.ngroups, every))
-        positive = d[d["fraction"] > 0]
+        positive = d[d["fraction"] > 0] if logarithmic else d
         axes[0].plot(positive["iteration"], positive["fraction"], **kw)
         if (d["fraction"] == 0).any():
             low = float(positive["fraction"].min()) if len(positive) else 1e-6
             floor = low if floor is None else min(floor, low)
         t = d[d["threshold"] > 0]
-        if len(t):
+        if len(t) and thresholds:
             axes[1].plot(t["iteration"], t["threshold"], **kw)
-    axes[0].set_yscale("log")
+    if logarithmic:
+        axes[0].set_yscale("log")
+    else:
+        axes[0].set_ylim(0, 1.04)
+        floor = None  # a linear axis draws the iterations that send none
     axes[0].set_xlabel("iteration")
     axes[0].set_ylabel("values sent / values the frames could carry")
     axes[0].set_title("fraction of the parameter values sent" + (" (iterations sending none: not drawn)"
                                                                   if floor is not None else ""))
-    axes[1].set_yscale("log")
-    axes[1].set_xlabel("iteration")
-    axes[1].set_ylabel("APE threshold T (mean over servers)")
-    axes[1].set_title("the APE threshold in force (SNAP-0, SNO: 0)")
+    if thresholds:
+        axes[1].set_yscale("log")
+        axes[1].set_xlabel("iteration")
+        axes[1].set_ylabel("APE threshold T (mean over servers)")
+        axes[1].set_title("the APE threshold in force (SNAP-0, SNO: 0)")
     st.legend(fig)
-    panel_title(fig, "Selective exchange: the values sent and the APE threshold per iteration (SNAP Sec. IV-C)",
-                context)
+    panel_title(fig, "Selective exchange: the values sent " + ("and the APE threshold " if thresholds else "")
+                + "per iteration (SNAP Sec. IV-C)", context)
     return fig
 
 
