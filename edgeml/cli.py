@@ -180,6 +180,51 @@ def run(
     typer.echo(run_config(cfg, quiet=quiet))
 
 
+@command("twin")
+def twin(
+    algorithm: str = typer.Argument(..., help="Algorithm name (see `edgeml list`)."),
+    workers: Optional[int] = typer.Option(None, "--workers", "-w", help="Number of workers (devices), >= 1."),
+    hetero: Optional[str] = typer.Option(None, help="Speed profile: homogeneous, 1:1:3, H=3.2, ec2, ..."),
+    network: Optional[str] = typer.Option(None, help=f"Network profile: {', '.join(NETWORKS)}."),
+    seed: Optional[int] = typer.Option(None, help=f"Random seed of both runs. Default {RunSection.seed}."),
+    max_time: Optional[float] = typer.Option(None, help="Stop each run after this many seconds on its clock."),
+    target_accuracy: Optional[list[float]] = typer.Option(
+        None, help="Compare the times until this test accuracy (repeatable; default: 95% of the lower best)."),
+    target_loss: Optional[list[float]] = typer.Option(None, help="Compare the times until this test loss."),
+    out: Optional[str] = typer.Option(None, help=f"Parent directory of the runs and the report. Default "
+                                                 f"{RunSection.out}/."),
+    name: Optional[str] = typer.Option(None, help="Name of the pair: NAME-procs, NAME-sim and the report NAME-twin; "
+                                                  "default twin-ALGORITHM-sSEED."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="TOML config file."),
+    set_: list[str] = typer.Option([], "--set", "-s", help="Override any field: section.key=value."),
+    preset: Optional[str] = typer.Option(None, "--preset", help=f"Start from named settings ({', '.join(PRESETS)})."),
+) -> None:
+    """Run one configuration on real processes and on the virtual clock (same seed, world and step time), and
+    report how far the simulator's times, rates, shares and staleness lie from what the processes measured."""
+    from edgeml.config import merge, parse_overrides, read_toml
+
+    if preset is not None and preset not in PRESETS:
+        raise UserError(f"unknown preset {preset!r}{did_you_mean(preset, list(PRESETS))}: choose one of "
+                        f"{', '.join(PRESETS)}")
+    layers = ([PRESETS[preset][0]] if preset else []) + ([read_toml(config)] if config else [])
+    flags = _base_layers(workers=workers, hetero=hetero, network=network, seed=seed, max_time=max_time, out=out)
+    try:
+        from edgeml.runner import run_twins  # torch loads here
+    except KeyboardInterrupt:
+        raise Interrupted() from None
+    procs, sim, folder = run_twins(merge(*layers, {"run": {"algorithm": algorithm}}, flags, parse_overrides(set_)),
+                                   name, quiet=False)
+    from edgeml.analysis import twin as twins
+    from edgeml.analysis.compare import choose_targets
+    from edgeml.rundir import load_run
+
+    runs = load_run(procs), load_run(sim)
+    table = twins.twin_table(*runs, choose_targets(list(runs), target_accuracy or [], target_loss or [], "stays"))
+    for path in twins.write(folder, table, *runs):
+        err.print(str(path), highlight=False, soft_wrap=True)
+    typer.echo(twins.markdown(table, *runs))
+
+
 def _preparing(cfg) -> None:
     """Say what happens during the seconds before the first progress line (torch, data, calibration)."""
     if err.is_terminal:

@@ -192,6 +192,30 @@ def cpu_seconds() -> float:
     return total
 
 
+def run_twins(layers: dict, name: str | None = None, *, quiet: bool = True) -> tuple[Path, Path, Path]:
+    """Twin runs (``edgeml twin``, ``edgeml.analysis.twin``): the config ``layers`` make on real processes, then on
+    the virtual clock with the same seed and world and the procs run's factor-1 step time (calibrated, or given);
+    returns both run directories and the folder for their report: NAME-procs, NAME-sim and NAME-twin in run.out
+    (NAME: ``name``, else twin-ALGORITHM-sSEED). A name whose folders exist is refused before anything runs."""
+    from edgeml.config import build_config, check_out, merge
+    from edgeml.rundir import META
+
+    cfg = build_config(merge(layers, {"run": {"backend": "procs"}}))
+    name = name or f"twin-{cfg.run.algorithm}-s{cfg.run.seed}"
+    parent = Path(cfg.run.out)
+    check_out(parent, "run.out")
+    folders = {side: parent / f"{name}-{side}" for side in ("procs", "sim", "twin")}
+    taken = [p for p in folders.values() if p.exists()]
+    if taken:
+        raise UserError(f"{taken[0]} exists: choose another name for the twins, or move it")
+    procs = run(build_config(merge(layers, {"run": {"backend": "procs", "name": folders["procs"].name}})),
+                quiet=quiet)
+    step = json.loads((procs / META).read_text())["base_step_s"]
+    sim = run(build_config(merge(layers, {"run": {"backend": "sim", "name": folders["sim"].name},
+                                          "cluster": {"base_step_s": step}})), quiet=quiet)
+    return procs, sim, folders["twin"]
+
+
 def record_cost(path: Path, wall_s: float, cpu_s: float) -> None:
     """Add the run's ``wall_s`` and ``cpu_s`` (this process and its children) to ``meta.json``, when the run
     directory was made."""

@@ -567,5 +567,6 @@ def test_the_share_sent_at_an_iteration_reads_that_iteration_of_every_server(tmp
         assert runs["snap0"].decided(f"sent_fraction_at_{k}") == pytest.approx(rows.sent.sum() / rows["values"].sum())
         assert runs["sno"].decided(f"sent_fraction_at_{k}") == 1.0
     assert runs["snap0"].decided(f"sent_fraction_at_{int(ex.iteration.max()) + 1}") is None
-    assert [rundir.derived(n) for n in ("sent_fraction_at_", "sent_fraction_at_1.5", "sent_fraction_at_x")] == [None] * 3
+    assert [rundir.derived(n) for n in ("sent_fraction_at_", "sent_fraction_at_1.5", "sent_fraction_at_x")] \
+        == [None] * 3
     assert rundir.drawn_series("sent_fraction_at_15") == "exchange" and rundir.drawn_series("sent_fraction_at_") is None
