@@ -6,8 +6,8 @@ Derived columns per run: ``time_to_target``, ``steps_to_target``, ``bytes_to_tar
 (``edgeml.analysis.convergence``: by default the time from which the metric *stays* at the target), NaN when the run
 never got there (censored), with ``*_bound`` (the value, or what the run spent when censored) and
 ``censored``; ``noncompute_fraction`` (1 - compute fraction: ADSP Sec. 2.3's "waiting", which includes
-communication), ``samples_per_s`` and ``bytes_per_s``. Per run label: ``seeds`` (distinct seeds; duplicate runs
-of one seed are one sample, their mean), ``reached`` (seeds that reached the target), means over seeds with
+communication), ``samples_per_s``, ``bytes_per_s`` and ``bytes_per_step`` (all nodes' bytes over all steps). Per
+run label: ``seeds`` (distinct seeds; duplicate runs of one seed are one sample, their mean), ``reached`` (seeds that reached the target), means over seeds with
 95% bootstrap intervals (``edgeml.analysis.stats``), and ``speedup`` = baseline time / run time paired by seed and
 environment (data, model, cluster, network), a bound when a side is censored. A time to target is a mean only
 when every seed reached it; otherwise the table shows a bound ("> 1000" when none did).
@@ -105,7 +105,8 @@ def run_metrics(r: Run) -> dict[str, Any]:
     s = r.summary
     duration = s["duration_s"] or math.nan
     row: dict[str, Any] = {"noncompute_fraction": 1.0 - s["compute_fraction"],
-                           "samples_per_s": s["total_samples"] / duration, "bytes_per_s": s["total_bytes"] / duration}
+                           "samples_per_s": s["total_samples"] / duration, "bytes_per_s": s["total_bytes"] / duration,
+                           "bytes_per_step": s["total_bytes"] / (s["total_steps"] or math.nan)}
     for k, v in s.items():  # every other numeric headline, so claims can name any summary field
         if k not in row and k != "seed" and not k.startswith(("target_", "time_to_target_")) \
                 and isinstance(v, (int, float, type(None))) and not isinstance(v, bool):

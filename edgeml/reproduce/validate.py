@@ -41,7 +41,7 @@ SUMMARY_METRICS = ("final_accuracy", "best_accuracy", "final_loss", "best_loss",
                    "comm_fraction", "wait_fraction", "compute_fraction_spread", "crashed_workers", "duration_s",
                    "workers")
 """The numbers of every run's ``summary.json`` that claims may name (``edgeml.runtime.monitor.summarize``)."""
-DERIVED_METRICS = ("noncompute_fraction", "samples_per_s", "bytes_per_s")
+DERIVED_METRICS = ("noncompute_fraction", "samples_per_s", "bytes_per_s", "bytes_per_step")
 """Computed from the summary (``edgeml.analysis.compare.run_metrics``)."""
 
 
