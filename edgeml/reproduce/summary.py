@@ -4,7 +4,8 @@
 REPORT.md by ``edgeml.reproduce.render``; read here as typed verdicts, ``read_verdicts``): per paper, the count of
 each verdict, of the headline results reproduced (on the paper's side and within 2x of its figure) and of the
 claims not yet diagnosed, then one row per headline claim (the paper's abstract and conclusions) with the
-paper's figure, ours in words with its interval and seeds, the verdict and the diagnosis's cause. It reads the
+paper's figure, ours in words with its interval and seeds, the verdict and the diagnosis's cause; for an
+experiment with no headline claim (the toolkit's own: baselines, the procs/sim twins), one row per result. It reads the
 reports' results only, so it is the same wherever it is rendered; a test checks that the committed one is
 current.
 """
@@ -103,8 +104,11 @@ def render_summary(results: Path) -> str:
             sections += [md_table(["claim", "at", "paper", "ours", "n", "verdict", "diagnosis"],
                                   [[r.claim, r.at, r.paper, _ours(r), str(r.decision.n), f"**{r.verdict}**",
                                     r.cause or "-"] for r in headline]), ""]
-        else:
-            sections += ["(no claim of this experiment is marked headline)", ""]
+        else:  # an experiment of the toolkit's own (baselines, twins): each of its results
+            sections += ["No claim of this experiment is marked headline; every result:", "",
+                         md_table(["claim", "at", "ours", "n", "verdict", "diagnosis"],
+                                  [[r.claim, r.at, _ours(r), str(r.decision.n), f"**{r.verdict}**", r.cause or "-"]
+                                   for r in rows]), ""]
     lines += ["| reproduction | results | headline | verdicts | awaiting a diagnosis | reproduced |",
               "|---|---|---|---|---|---|", *("| " + " | ".join(r) + " |" for r in overview), "",
               "All reproductions: " + ", ".join(f"{n} {k}" for k, n in sorted(totals.items())) + ".", "",
