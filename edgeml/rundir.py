@@ -779,9 +779,18 @@ def _sent_fraction_at(run: Run, iteration: int) -> float | None:
     return None if ex is None else _sent_share(ex[ex["iteration"] == iteration])
 
 
+def _bytes_per_message(run: Run) -> float | None:
+    """The bytes of the messages every node sent over their number (``nodes.csv``): the mean message size, which
+    both backends count in one message path (``edgeml.runtime.base``), so twins of a run agree on it wherever
+    their messages do (SNAP's frames carry only the values that moved: their size follows the clock)."""
+    nodes = run.table("nodes.csv", ("messages_sent", "bytes_sent"), required=False)
+    sent = None if nodes is None else float(nodes["messages_sent"].sum())
+    return float(nodes["bytes_sent"].sum()) / sent if sent else None
+
+
 DERIVED = {"window_prediction_error": _window_prediction_error, "accuracy_jitter": _accuracy_jitter,
            "persistence_error": _persistence_error, "prediction_over_persistence": _prediction_over_persistence,
-           "late_sent_fraction": _late_sent_fraction}
+           "late_sent_fraction": _late_sent_fraction, "bytes_per_message": _bytes_per_message}
 """Quantities read from a run's series beyond ``decisions.csv`` (``Run.decided``), by name."""
 DERIVED_FAMILIES = {"sent_fraction_at_": _sent_fraction_at}
 """``DERIVED`` quantities with a whole number in their name (``sent_fraction_at_15``: at iteration 15), by prefix."""

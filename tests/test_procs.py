@@ -414,3 +414,39 @@ def test_a_run_records_the_cores_it_may_use_beside_the_hosts(tmp_path):
     assert p.returncode == 0, p.stderr
     meta = json.loads(p.stdout.strip().splitlines()[-1])
     assert meta["cores"] == 1 and meta["cpus"] == os.cpu_count()
+
+
+SLOW_IMPORTS = ("sklearn", "cvxpy")
+"""Packages that take a second or more to import: a node program that imports one on the run's clock spends
+wall time in procs that the virtual clock does not count (the twins experiment found two seconds per EdgeGossip
+platform)."""
+
+
+NEVER_IMPORTS = {"peer_ps": "cvxpy", "terngrad": "cvxpy"}
+"""Algorithms that share a package with a slow import they never reach (a PS at a peer solves no weight matrix)."""
+
+
+def test_every_slow_package_an_algorithm_imports_is_preloaded():
+    """For each shipped algorithm, the slow packages its program's package imports (at module level or inside a
+    function) are covered by its ``preload``, so that procs loads them before the clock starts."""
+    import ast
+    import importlib
+
+    from edgeml.algorithms import REGISTRY
+
+    for name, spec in REGISTRY.items():
+        module = importlib.import_module(spec.nodes.__module__)
+        if not module.__name__.startswith("edgeml."):
+            continue
+        package = Path(module.__file__).parent if module.__name__.count(".") > 2 else Path(module.__file__)
+        files = sorted(package.glob("*.py")) if package.is_dir() else [package]
+        imported = set()
+        for f in files:
+            for node in ast.walk(ast.parse(f.read_text())):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+                imported |= {n for n in names if n.split(".")[0] in SLOW_IMPORTS}
+        imported -= {m for m in imported if m.split(".")[0] == NEVER_IMPORTS.get(name)}
+        missing = [m for m in imported if not any(m == p or m.startswith(p + ".") or p.startswith(m + ".")
+                                                  for p in spec.preload)]
+        assert not missing, f"{name} imports {missing} on the run's clock: add them to its preload"

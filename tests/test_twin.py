@@ -42,7 +42,9 @@ def test_identical_twins_show_no_error_and_a_slower_model_shows_its_own(tmp_path
     times = slow[slow["quantity"].str.startswith("time to")]
     assert (times["error"] > 0.5).all() and set(twin.breaches(slow)["quantity"]) >= set(times["quantity"])
     shares = slow[slow["unit"] == "share"]
-    assert len(shares) == 2 * 3 and shares["bound"].isna().all()  # two workers' three shares, reported unbounded
+    assert len(shares) == 2 * 4 and shares["bound"].isna().all()  # two workers' four shares, reported unbounded
+    other = slow[slow["quantity"].str.endswith("other share")]
+    assert (other["procs"].abs() < 1e-9).all() and (other["sim"].abs() < 1e-9).all()  # sim: every second counted
 
 
 def test_a_side_that_never_reaches_the_target_leaves_the_error_open(tmp_path):
@@ -94,3 +96,12 @@ def test_twins_refuse_a_name_in_use_before_running(tmp_path):
     with pytest.raises(UserError, match="pair-sim exists: choose another name"):
         run_twins({"run": {"algorithm": "bsp", "out": str(tmp_path)}}, "pair")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pair-sim"]
+
+
+def test_bytes_per_message_is_the_nodes_bytes_over_their_messages(tmp_path):
+    from edgeml.rundir import DERIVED
+
+    a = _sim(tmp_path, "a")
+    nodes = pd.read_csv(a.path / "nodes.csv")
+    assert DERIVED["bytes_per_message"](a) == pytest.approx(nodes.bytes_sent.sum() / nodes.messages_sent.sum())
+    assert a.decided("bytes_per_message") == DERIVED["bytes_per_message"](a) > 0

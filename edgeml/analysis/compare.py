@@ -4,13 +4,14 @@ labelled is ``edgeml.rundir``'s (``load_runs``).
 
 Derived columns per run: ``time_to_target``, ``steps_to_target``, ``bytes_to_target`` under the target's rule
 (``edgeml.analysis.convergence``: by default the time from which the metric *stays* at the target), NaN when the run
-never got there (censored), with ``*_bound`` (the value, or what the run spent when censored) and
-``censored``; ``noncompute_fraction`` (1 - compute fraction: ADSP Sec. 2.3's "waiting", which includes
-communication), ``samples_per_s``, ``bytes_per_s`` and ``bytes_per_step`` (all nodes' bytes over all steps). Per
-run label: ``seeds`` (distinct seeds; duplicate runs of one seed are one sample, their mean), ``reached`` (seeds that reached the target), means over seeds with
-95% bootstrap intervals (``edgeml.analysis.stats``), and ``speedup`` = baseline time / run time paired by seed and
-environment (data, model, cluster, network), a bound when a side is censored. A time to target is a mean only
-when every seed reached it; otherwise the table shows a bound ("> 1000" when none did).
+never got there (censored), with ``*_bound`` (the value, or what the run spent when censored) and ``censored``;
+``noncompute_fraction`` (1 - compute fraction: ADSP Sec. 2.3's "waiting", which includes communication),
+``samples_per_s``, ``bytes_per_s`` and ``bytes_per_step`` (all nodes' bytes over all steps). Per run label:
+``seeds`` (distinct seeds; duplicate runs of one seed are one sample, their mean), ``reached`` (seeds that reached
+the target), means over seeds with 95% bootstrap intervals (``edgeml.analysis.stats``), and ``speedup`` = baseline
+time / run time paired by seed and environment (data, model, cluster, network), a bound when a side is censored. A
+time to target is a mean only when every seed reached it; otherwise the table shows a bound ("> 1000" when none
+did).
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ and how far the simulator's prediction lies from what the processes measured (``
 - ``bytes`` and ``messages`` over the run: both backends count them in one message path
   (``edgeml.runtime.base``), so they agree up to the steps each side fits into its budget; a frame whose size
   depends on the values it carries (SNAP's) differs with the clock;
-- each node's ``steps`` and ``compute``, ``communication`` and ``waiting`` shares of its time (the error of a share
-  is its difference, in points);
+- each node's ``steps`` and ``compute``, ``communication`` and ``waiting`` shares of its time, and the ``other``
+  share none of them counts (work between a program's steps, messages and waits: on the virtual clock it takes no
+  time, so a share there is a cost the simulator leaves out); the error of a share is its difference, in points;
 - for a run that logs staleness (asynchronous schemes: ``series/staleness.csv``) its mean, median, 90th
   percentile and largest value;
 - the procs run's contention mark: the median and worst realised / target step time of its throttled nodes
@@ -94,6 +95,8 @@ def twin_table(procs: Run, sim: Run, targets: list[Target]) -> pd.DataFrame:
         for name, col in SHARES:
             rows.append(_row(f"{node}: {name} share", a[col] / a["alive_s"], b[col] / b["alive_s"], "share",
                              share=True))
+        other = [1 - sum(n[col] for _, col in SHARES) / n["alive_s"] for n in (a, b)]  # the clock ran, none counted
+        rows.append(_row(f"{node}: other share", *other, "share", share=True))
     st = {side: _staleness(r) for side, r in (("procs", procs), ("sim", sim))}
     if st["procs"] is not None and st["sim"] is not None:
         for name, read in (("mean", pd.Series.mean), ("median", pd.Series.median),

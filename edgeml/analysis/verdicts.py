@@ -701,7 +701,7 @@ def metric_noun(metric: str) -> str:
         return QUANTITY_NOUNS[metric]
     from edgeml.rundir import DERIVED, derived
 
-    m = metric.replace("_per_s", " per second")
+    m = metric[:-len("_per_s")] + " per second" if metric.endswith("_per_s") else metric
     if metric not in DERIVED and derived(metric) is not None:  # a family's: "sent fraction at iteration 15"
         m = m.replace("_at_", "_at_iteration_")
     return (m[:-2] + " (s)" if m.endswith("_s") else m).replace("_", " ")

@@ -88,12 +88,6 @@ class EdgePlatform(Platform):
 
     def __init__(self, node: Node):
         super().__init__(node)
-        # loading scikit-learn takes seconds on a busy host: done before, not charged to, the first phase
-        import sklearn.cluster  # noqa: F401
-        import sklearn.decomposition  # noqa: F401
-        import sklearn.ensemble  # noqa: F401
-        import sklearn.feature_extraction  # noqa: F401
-
         self.step_ops = 3 * self.b * node.forward_macs()
         self.predictor = Predictor(seed=node.cfg.run.seed)
         self.readings: list[float] = []  # how long each node.load() of this epoch took
@@ -233,10 +227,16 @@ class EdgePlatform(Platform):
 def edgegossip_platform(node: Node) -> None:
     EdgePlatform(node).run()
 
+
+SKLEARN = ("sklearn.cluster", "sklearn.decomposition", "sklearn.ensemble", "sklearn.feature_extraction")
+"""The aggregator's and the predictor's scikit-learn: seconds to import, so a procs node loads it before the run's
+clock starts (``AlgorithmSpec.preload``); imported on the clock, it cost each platform about two seconds that the
+virtual clock does not count (the twins experiment, ``results/twins``)."""
+
 register(AlgorithmSpec("edgegossip", "EdgeGossip: predicted balancing and accuracy-aware training over "
                        "aggregated points, on GoSGD", EdgeGossipConfig,
                        lambda cfg: [("worker", edgegossip_platform)] * cfg.cluster.workers,
-                       "EdgeGossip Sec. 3, Alg. 1-2, Eq. 1", display="EdgeGossip",
+                       "EdgeGossip Sec. 3, Alg. 1-2, Eq. 1", display="EdgeGossip", preload=SKLEARN,
                        decisions=("data_ratio", "prediction_error", "aggregated_share", "predictor_s",
                                   "load_reading_s", "reduce_s", "divide_s", "generate_s", "generation_s",
                                   "aggregated_points", "reassigned")))
