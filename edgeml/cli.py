@@ -189,7 +189,8 @@ def twin(
     seed: Optional[int] = typer.Option(None, help=f"Random seed of both runs. Default {RunSection.seed}."),
     max_time: Optional[float] = typer.Option(None, help="Stop each run after this many seconds on its clock."),
     target_accuracy: Optional[list[float]] = typer.Option(
-        None, help="Compare the times until this test accuracy (repeatable; default: 95% of the lower best)."),
+        None, help="Compare the times until this test accuracy (repeatable; default: the runs' stop target, else "
+                   "95% of the lower best accuracy)."),
     target_loss: Optional[list[float]] = typer.Option(None, help="Compare the times until this test loss."),
     out: Optional[str] = typer.Option(None, help=f"Parent directory of the runs and the report. Default "
                                                  f"{RunSection.out}/."),
@@ -208,6 +209,10 @@ def twin(
                         f"{', '.join(PRESETS)}")
     layers = ([PRESETS[preset][0]] if preset else []) + ([read_toml(config)] if config else [])
     flags = _base_layers(workers=workers, hetero=hetero, network=network, seed=seed, max_time=max_time, out=out)
+    from edgeml.analysis.compare import choose_targets
+
+    if target_accuracy or target_loss:  # refused before the runs, not after them
+        choose_targets([], target_accuracy or [], target_loss or [], "stays")
     try:
         from edgeml.runner import run_twins  # torch loads here
     except KeyboardInterrupt:
@@ -215,7 +220,6 @@ def twin(
     procs, sim, folder = run_twins(merge(*layers, {"run": {"algorithm": algorithm}}, flags, parse_overrides(set_)),
                                    name, quiet=False)
     from edgeml.analysis import twin as twins
-    from edgeml.analysis.compare import choose_targets
     from edgeml.rundir import load_run
 
     runs = load_run(procs), load_run(sim)

@@ -782,7 +782,7 @@ def _sent_fraction_at(run: Run, iteration: int) -> float | None:
 def _bytes_per_message(run: Run) -> float | None:
     """The bytes of the messages every node sent over their number (``nodes.csv``): the mean message size, which
     both backends count in one message path (``edgeml.runtime.base``), so twins of a run agree on it wherever
-    their messages do (SNAP's frames carry only the values that moved: their size follows the clock)."""
+    their messages do (SNAP's frames carry only the values that moved, which may differ between the clocks)."""
     nodes = run.table("nodes.csv", ("messages_sent", "bytes_sent"), required=False)
     sent = None if nodes is None else float(nodes["messages_sent"].sum())
     return float(nodes["bytes_sent"].sum()) / sent if sent else None

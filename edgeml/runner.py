@@ -201,13 +201,14 @@ def run_twins(layers: dict, name: str | None = None, *, quiet: bool = True) -> t
     from edgeml.rundir import META
 
     cfg = build_config(merge(layers, {"run": {"backend": "procs"}}))
+    build_config(merge(layers, {"run": {"backend": "sim"}, "cluster": {"base_step_s": 0.01}}))  # refused now, not later
     name = name or f"twin-{cfg.run.algorithm}-s{cfg.run.seed}"
     parent = Path(cfg.run.out)
     check_out(parent, "run.out")
     folders = {side: parent / f"{name}-{side}" for side in ("procs", "sim", "twin")}
     taken = [p for p in folders.values() if p.exists()]
     if taken:
-        raise UserError(f"{taken[0]} exists: choose another name for the twins, or move it")
+        raise UserError(f"{taken[0]} exists: choose another name for the twins (--name), or move it")
     procs = run(build_config(merge(layers, {"run": {"backend": "procs", "name": folders["procs"].name}})),
                 quiet=quiet)
     step = json.loads((procs / META).read_text())["base_step_s"]

@@ -427,7 +427,7 @@ def test_the_exchange_figure_draws_the_fraction_of_values_sent_summed_over_serve
     assert line.get_xdata().tolist() == [0, 1] and line.get_ydata().tolist() == pytest.approx([0.4, 0.125])
     (threshold,) = fig.axes[1].get_lines()
     assert threshold.get_ydata().tolist() == pytest.approx([0.1, 0.09])
-    assert fig.axes[0].get_yscale() == "linear"  # 0.125-0.4: within a decade
+    assert fig.axes[0].get_yscale() == "linear"  # 0.125-0.4: no share below 0.1
 
 
 def test_series_figures_come_from_the_registry(tmp_path, monkeypatch):
@@ -676,7 +676,7 @@ def test_the_exchange_figure_keeps_equal_lines_apart_by_their_markers():
 
 def test_the_exchange_figure_is_linear_from_zero_within_a_decade_and_leaves_out_an_empty_threshold_panel():
     """SNAP-0 alone (threshold 0, shares 0.5-1: Fig. 2(a)'s reading): one panel, linear from 0, every iteration
-    drawn, those that send nothing included; shares spanning more than a decade keep the log axis."""
+    drawn, those that send nothing included; shares below 0.1 keep the log axis."""
     base = pd.DataFrame({"time_s": 0.0, "rank": 1, "role": "worker", "iteration": range(4), "sent": [50, 40, 0, 25],
                          "values": 50, "threshold": 0.0, "seed": 0, "setting": "", "run": "snap0", "method": "SNAP-0"})
     fig = plots.exchange(base)

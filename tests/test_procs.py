@@ -416,13 +416,13 @@ def test_a_run_records_the_cores_it_may_use_beside_the_hosts(tmp_path):
     assert meta["cores"] == 1 and meta["cpus"] == os.cpu_count()
 
 
-SLOW_IMPORTS = ("sklearn", "cvxpy")
+SLOW_IMPORTS = ("sklearn", "cvxpy", "scipy")
 """Packages that take a second or more to import: a node program that imports one on the run's clock spends
 wall time in procs that the virtual clock does not count (the twins experiment found two seconds per EdgeGossip
 platform)."""
 
 
-NEVER_IMPORTS = {"peer_ps": "cvxpy", "terngrad": "cvxpy"}
+NEVER_IMPORTS = {"peer_ps": ("cvxpy", "scipy"), "terngrad": ("cvxpy", "scipy")}
 """Algorithms that share a package with a slow import they never reach (a PS at a peer solves no weight matrix)."""
 
 
@@ -435,18 +435,23 @@ def test_every_slow_package_an_algorithm_imports_is_preloaded():
     from edgeml.algorithms import REGISTRY
 
     for name, spec in REGISTRY.items():
-        module = importlib.import_module(spec.nodes.__module__)
-        if not module.__name__.startswith("edgeml."):
-            continue
-        package = Path(module.__file__).parent if module.__name__.count(".") > 2 else Path(module.__file__)
-        files = sorted(package.glob("*.py")) if package.is_dir() else [package]
+        modules = {importlib.import_module(spec.nodes.__module__), importlib.import_module(spec.config.__module__)}
+        files = set()
+        for module in modules:
+            if not module.__name__.startswith("edgeml."):
+                continue
+            package = Path(module.__file__).parent if module.__name__.count(".") > 2 else None
+            files |= set(package.glob("*.py")) if package else {Path(module.__file__)}
         imported = set()
-        for f in files:
+        for f in sorted(files):
             for node in ast.walk(ast.parse(f.read_text())):
-                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                    [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    names = [f"{node.module}.{a.name}" for a in node.names]  # from sklearn import ensemble
+                else:
+                    names = []
                 imported |= {n for n in names if n.split(".")[0] in SLOW_IMPORTS}
-        imported -= {m for m in imported if m.split(".")[0] == NEVER_IMPORTS.get(name)}
-        missing = [m for m in imported if not any(m == p or m.startswith(p + ".") or p.startswith(m + ".")
-                                                  for p in spec.preload)]
+        imported -= {m for m in imported if m.split(".")[0] in NEVER_IMPORTS.get(name, ())}
+        missing = sorted(m for m in imported if not any(m == p or m.startswith(p + ".") for p in spec.preload))
         assert not missing, f"{name} imports {missing} on the run's clock: add them to its preload"

@@ -42,17 +42,29 @@ def test_identical_twins_show_no_error_and_a_slower_model_shows_its_own(tmp_path
     times = slow[slow["quantity"].str.startswith("time to")]
     assert (times["error"] > 0.5).all() and set(twin.breaches(slow)["quantity"]) >= set(times["quantity"])
     shares = slow[slow["unit"] == "share"]
-    assert len(shares) == 2 * 4 and shares["bound"].isna().all()  # two workers' four shares, reported unbounded
+    nodes = len(pd.read_csv(a.path / "nodes.csv"))  # the workers and the server
+    assert len(shares) == 4 * nodes and shares["bound"].isna().all()  # four shares a node, reported unbounded
     other = slow[slow["quantity"].str.endswith("other share")]
     assert (other["procs"].abs() < 1e-9).all() and (other["sim"].abs() < 1e-9).all()  # sim: every second counted
 
 
-def test_a_side_that_never_reaches_the_target_leaves_the_error_open(tmp_path):
+def test_a_side_that_never_reaches_the_target_leaves_the_error_open_and_the_report_says_so(tmp_path):
     a = _sim(tmp_path, "a")
     table = twin.twin_table(a, a, [Target("accuracy", 0.999)])
     times = table[table["quantity"].str.startswith("time to")]
     assert times["error"].isna().all() and times["within"].isna().all()
     assert times["quantity"].str.contains("procs never reached it, sim never reached it").all()
+    assert list(twin.unmeasured(table)["quantity"]) == list(times["quantity"])
+    report = twin.markdown(table, a, a)
+    assert "**2 not measured**" in report and "Every bounded quantity is within it" not in report
+    contention = table[table["quantity"].str.startswith("procs contention")]
+    assert contention["error"].isna().all()
+
+
+def test_a_rate_procs_never_measured_is_beyond_the_bound():
+    row = twin._row("samples per second", 0.0, 5.0, "/s", twin.BOUND)
+    assert row["error"] == float("inf") and row["within"] is False
+    assert twin._row("samples per second", 0.0, 0.0, "/s", twin.BOUND)["within"] is True
 
 
 @pytest.mark.slow

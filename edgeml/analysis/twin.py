@@ -6,19 +6,22 @@ and how far the simulator's prediction lies from what the processes measured (``
 - ``time to <target>`` under both arrival rules (``stays``: never leaves the target again; ``first``); a side
   that never reaches it shows what it spent (censored), and the error is left open;
 - ``samples per second`` and ``bytes per second`` over the run (the summary's totals over its duration);
-- ``bytes`` and ``messages`` over the run: both backends count them in one message path
+- ``bytes`` and ``messages`` over the run (every node's): both backends count them in one message path
   (``edgeml.runtime.base``), so they agree up to the steps each side fits into its budget; a frame whose size
-  depends on the values it carries (SNAP's) differs with the clock;
-- each node's ``steps`` and ``compute``, ``communication`` and ``waiting`` shares of its time, and the ``other``
-  share none of them counts (work between a program's steps, messages and waits: on the virtual clock it takes no
-  time, so a share there is a cost the simulator leaves out); the error of a share is its difference, in points;
+  depends on the values it carries (SNAP's) may differ with the clock;
+- each node's (workers' and servers') ``steps`` and ``compute``, ``communication`` and ``waiting`` shares of its
+  time, and the ``other`` share none of them counts (work between a program's steps, messages and waits: on the
+  virtual clock it takes no time, so a share there is a cost the simulator leaves out); the error of a share is
+  its difference, in points;
 - for a run that logs staleness (asynchronous schemes: ``series/staleness.csv``) its mean, median, 90th
   percentile and largest value;
 - the procs run's contention mark: the median and worst realised / target step time of its throttled nodes
-  (``meta.json``: ``contention``), so that a gap the host caused is told from one the simulator made.
+  (``meta.json``: ``contention``; no error: the simulator's steps take their target), so that a gap the host
+  caused is told from one the simulator made.
 
-The error is ``sim / procs - 1`` (a share: ``sim - procs``). Times and rates have a bound (``BOUND``: the
-simulator predicts them within 10% on a quiet host); ``within`` says whether the row keeps it.
+The error is ``sim / procs - 1`` (a share: ``sim - procs``; infinite where procs measured none and sim some).
+Times and rates have a bound (``BOUND``: the simulator predicts them within 10% on a quiet host); ``within`` says
+whether the row keeps it (None where there is no error to judge: ``unmeasured``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 
 from edgeml.analysis.convergence import Target, reach_run
@@ -45,9 +49,11 @@ def _row(quantity: str, procs: float, sim: float, unit: str = "", bound: float |
          share: bool = False) -> dict:
     if share:
         error = sim - procs
+    elif not (math.isfinite(procs) and math.isfinite(sim)):
+        error = math.nan
     else:
-        error = sim / procs - 1 if procs and math.isfinite(procs) and math.isfinite(sim) else math.nan
-    within = (abs(error) <= bound) if bound is not None and math.isfinite(error) else None
+        error = sim / procs - 1 if procs else (0.0 if sim == 0 else math.inf)  # procs measured none, sim some
+    within = (abs(error) <= bound) if bound is not None and not math.isnan(error) else None
     return {"quantity": quantity, "procs": procs, "sim": sim, "error": error, "unit": unit, "bound": bound,
             "within": within}
 
@@ -57,7 +63,7 @@ def _reach_rows(procs: Run, sim: Run, target: Target) -> list[dict]:
     for rule in RULES:
         t = Target(target.metric, target.value, rule)
         hit = {side: reach_run(r, t) for side, r in (("procs", procs), ("sim", sim))}
-        spacing = max(h.resolution["time"] for h in hit.values())
+        spacing = float(np.nanmax([h.resolution["time"] for h in hit.values()] + [0.0]))
         rule_name = "" if rule == "stays" else ", first reach"
         row = _row(f"time to {t.short}{rule_name} (evaluations {spacing:.2g} s apart)", hit["procs"].time_s,
                    hit["sim"].time_s, "s", BOUND)
@@ -69,9 +75,12 @@ def _reach_rows(procs: Run, sim: Run, target: Target) -> list[dict]:
     return rows
 
 
+NODE_COLUMNS = ("role", "index", "steps", "compute_s", "comm_s", "wait_s", "alive_s", "messages_sent")
+
+
 def _node_table(r: Run) -> pd.DataFrame:
-    nodes = r.table("nodes.csv")
-    nodes = nodes[nodes["role"] == "worker"] if (nodes["role"] == "worker").any() else nodes
+    """Every node of the run (``nodes.csv``), indexed "worker 0", "ps 0"..."""
+    nodes = r.table("nodes.csv", NODE_COLUMNS)
     return nodes.set_index(nodes["role"] + " " + nodes["index"].astype(str))
 
 
@@ -85,12 +94,15 @@ def twin_table(procs: Run, sim: Run, targets: list[Target]) -> pd.DataFrame:
     rows = [r for t in targets for r in _reach_rows(procs, sim, t)]
     p, s = procs.summary, sim.summary
     for name, key in (("samples per second", "total_samples"), ("bytes per second", "total_bytes")):
-        rows.append(_row(name, p[key] / p["duration_s"], s[key] / s["duration_s"], "/s", BOUND))
+        rows.append(_row(name, p[key] / (p["duration_s"] or math.nan), s[key] / (s["duration_s"] or math.nan), "/s",
+                         BOUND))
     np_, ns = _node_table(procs), _node_table(sim)
     rows.append(_row("bytes", float(p["total_bytes"]), float(s["total_bytes"]), "B"))
     rows.append(_row("messages", float(np_["messages_sent"].sum()), float(ns["messages_sent"].sum())))
-    for node in np_.index.intersection(ns.index):
+    for node in np_.index.intersection(ns.index):  # every node, the server's too
         a, b = np_.loc[node], ns.loc[node]
+        if not (a["alive_s"] > 0 and b["alive_s"] > 0):
+            continue
         rows.append(_row(f"{node}: steps", float(a["steps"]), float(b["steps"])))
         for name, col in SHARES:
             rows.append(_row(f"{node}: {name} share", a[col] / a["alive_s"], b[col] / b["alive_s"], "share",
@@ -105,13 +117,19 @@ def twin_table(procs: Run, sim: Run, targets: list[Target]) -> pd.DataFrame:
     contention = procs.meta().get("contention") or {}
     for name, key in (("median", "median_ratio"), ("worst", "worst_ratio")):
         if contention.get(key) is not None:  # the procs side only: the simulator's steps take their target
-            rows.append(_row(f"procs contention: {name} realised / target step time", float(contention[key]), 1.0))
+            rows.append({**_row(f"procs contention: {name} realised / target step time", float(contention[key]),
+                                1.0), "error": math.nan})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
 def breaches(table: pd.DataFrame) -> pd.DataFrame:
     """The rows whose error exceeds their bound."""
     return table[table["within"].eq(False)]
+
+
+def unmeasured(table: pd.DataFrame) -> pd.DataFrame:
+    """The bounded rows with no error to judge (a side never reached the target, or measured nothing)."""
+    return table[table["bound"].notna() & table["within"].isna()]
 
 
 def _number(v: float, unit: str) -> str:
@@ -131,13 +149,14 @@ def _error(row) -> str:
 
 def markdown(table: pd.DataFrame, procs: Run, sim: Run) -> str:
     """The twin table as a report: what ran, each quantity's values and error, and the verdict on the bounds."""
-    over = breaches(table)
+    over, open_ = breaches(table), unmeasured(table)
     lines = [f"# Twin runs: {procs.summary['algorithm']}, {procs.summary['workers']} workers, seed {procs.seed}", "",
              f"procs: `{procs.path}`  ", f"sim: `{sim.path}`", "",
              f"The simulator's error is sim / procs - 1 (a share: the difference in points); times and rates are "
              f"bounded at {100 * BOUND:.0f}%. "
-             + (f"**{len(over)} beyond the bound**: {', '.join(over['quantity'])}." if len(over)
-                else "**Every bounded quantity is within it.**"), "",
+             + (f"**{len(over)} beyond the bound**: {', '.join(over['quantity'])}. " if len(over) else "")
+             + (f"**{len(open_)} not measured**: {', '.join(open_['quantity'])}. " if len(open_) else "")
+             + ("**Every bounded quantity is within it.**" if not len(over) and not len(open_) else ""), "",
              "| quantity | procs | sim | error | bound |", "|---|---:|---:|---:|---:|"]
     for _, r in table.iterrows():
         bound = "-" if r["bound"] is None or (isinstance(r["bound"], float) and math.isnan(r["bound"])) \

@@ -81,7 +81,8 @@ def render_summary(results: Path) -> str:
                         "reproduce a paper with --out results/<paper> first, or re-render one with --resume")
     lines = ["# Reproduction scoreboard", "",
              "Every paper's headline claims (its abstract and conclusions) as the committed full reproductions "
-             "decide them; each paper's REPORT.md has every claim, the figures and the runs. Rendered by "
+             "decide them (an experiment of the toolkit's own, without headline claims: every result); each "
+             "REPORT.md has every claim, the figures and the runs. Rendered by "
              "`edgeml reproduce --summary` from each reproduction's `verdicts.csv`; do not edit by hand.", "",
              "A headline claim reads holds, weaker, stronger or does not hold only on 5 seeds, any claim on at "
              f"least 2; a claim that does not read holds carries a diagnosis (a stronger one once it lies beyond "
