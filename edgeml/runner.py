@@ -206,6 +206,9 @@ def run_twins(layers: dict, name: str | None = None, *, quiet: bool = True) -> t
     parent = Path(cfg.run.out)
     check_out(parent, "run.out")
     folders = {side: parent / f"{name}-{side}" for side in ("procs", "sim", "twin")}
+    if any(f.resolve().parent != parent.resolve() for f in folders.values()):  # ".." or "/" in the name
+        raise UserError(f"twin name {name!r} would put folders outside run.out = {str(parent)!r}: give a name without "
+                        "'/' or '..'")
     taken = [p for p in folders.values() if p.exists()]
     if taken:
         raise UserError(f"{taken[0]} exists: choose another name for the twins (--name), or move it")

@@ -117,3 +117,13 @@ def test_bytes_per_message_is_the_nodes_bytes_over_their_messages(tmp_path):
     nodes = pd.read_csv(a.path / "nodes.csv")
     assert DERIVED["bytes_per_message"](a) == pytest.approx(nodes.bytes_sent.sum() / nodes.messages_sent.sum())
     assert a.decided("bytes_per_message") == DERIVED["bytes_per_message"](a) > 0
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/b"])
+def test_twins_refuse_a_name_that_leaves_the_output_folder(tmp_path, name):
+    from edgeml.errors import UserError
+
+    out = tmp_path / "out"
+    with pytest.raises(UserError, match="outside run.out"):
+        run_twins({"run": {"algorithm": "bsp", "out": str(out)}}, name)
+    assert not any(tmp_path.iterdir())  # nothing written, not even run.out
