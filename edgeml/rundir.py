@@ -508,15 +508,16 @@ DROPPED = (MESSAGES,)
 """Tables of a finished run that no table, figure or claim reads: a compacted run leaves them out."""
 
 
-def compact(path: Path, series: dict[str, tuple[str, ...] | None]) -> None:
+def compact(path: Path, series: dict[str, tuple[str, ...] | Totals | None]) -> None:
     """Pack a finished run directory into ``run.zip``, holding what the analysis reads of it, as ``edgeml
     reproduce`` keeps its runs (the committed reproductions in ``results/`` among them; ``edgeml run`` leaves its
     runs as written): one file per run, which keeps a clone of many runs small on disk as well as in bytes.
 
     The archive holds every file of the run (``files``) but the ``DROPPED`` tables and the series not named in
     ``series``; a series named there with columns (the ones the analysis reads, where those are all a
-    reproduction keeps) is cut to them, each kept column keeping its text, so every table, figure and claim
-    reads what it read before. Members are deflated, sorted, and carry no time, so a run compacts to the same
+    reproduction keeps) is cut to them, each kept column keeping its text; one named with a ``Totals`` is kept as
+    its totals per key (its readers only ever add its rows up over nodes), so every table, figure and claim reads
+    what it read before. Members are deflated, sorted, and carry no time, so a run compacts to the same
     bytes wherever it ran; compacting again changes nothing (a run that is its archive alone is only checked
     for what is no longer read). The archive replaces the loose files only once it is complete: a compaction cut
     short leaves them, which the reader prefers (``read_file``)."""
@@ -524,16 +525,19 @@ def compact(path: Path, series: dict[str, tuple[str, ...] | None]) -> None:
     def unread(name: str) -> bool:
         return name in DROPPED or (name.startswith(f"{SERIES}/") and _series_name(name) not in series)
 
+    def totalled(name: str) -> bool:
+        return name.startswith(f"{SERIES}/") and isinstance(series.get(_series_name(name)), Totals)
+
     archive = path / ARCHIVE
     if [p.name for p in path.iterdir()] == [ARCHIVE]:
         with _zip(path) as z:
-            if not any(map(unread, z.namelist())):
-                return  # compacted before, and it holds nothing unread now
+            if not any(unread(n) or totalled(n) for n in z.namelist()):
+                return  # compacted before, and it holds nothing unread now (nor a series that may need totalling)
     kept: dict[str, bytes] = {}
     for name, data in files(path).items():
         if not unread(name):
-            columns = series.get(_series_name(name)) if name.startswith(f"{SERIES}/") else None
-            kept[name] = _cut_columns(data, columns) if columns else data
+            spec = series.get(_series_name(name)) if name.startswith(f"{SERIES}/") else None
+            kept[name] = (spec.of(data) if isinstance(spec, Totals) else _cut_columns(data, spec) if spec else data)
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
         for name, data in kept.items():
@@ -551,6 +555,53 @@ def compact(path: Path, series: dict[str, tuple[str, ...] | None]) -> None:
             p.unlink()
         elif p.is_dir() and not any(p.iterdir()):
             p.rmdir()
+
+
+@dataclass(frozen=True)
+class Totals:
+    """How ``compact`` keeps a series whose every reader adds its rows up per key (SNAP's exchange: a row per
+    server and iteration, read as the iteration's values sent over all servers): one row per value of the ``by``
+    columns, in the order they first appear, with the ``sums`` columns summed and the ``means`` averaged over the
+    key's rows (blank fields left out). Totalling a table already totalled changes nothing."""
+    by: tuple[str, ...]
+    sums: tuple[str, ...] = ()
+    means: tuple[str, ...] = ()
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.by + self.sums + self.means
+
+    def of(self, data: bytes) -> bytes:
+        """The CSV table ``data`` totalled (the table as it is where it lacks a column named here)."""
+        rows = csv.reader(io.StringIO(data.decode("utf-8"), newline=""))
+        header = next(rows, [])
+        if not set(self.columns) <= set(header):
+            return data
+        at = [header.index(c) for c in self.columns]
+        groups: dict[tuple[str, ...], list[list[str]]] = {}
+        for row in rows:
+            fields = [row[i] for i in at]
+            groups.setdefault(tuple(fields[:len(self.by)]), []).append(fields[len(self.by):])
+        out = io.StringIO(newline="")
+        w = csv.writer(out)  # the writer's dialect, as the run's tables are written
+        w.writerow(self.columns)
+        n = len(self.sums)
+        for key, values in groups.items():
+            w.writerow([*key, *(_total([v[i] for v in values], False) for i in range(n)),
+                        *(_total([v[i] for v in values], True) for i in range(n, n + len(self.means)))])
+        return out.getvalue().encode("utf-8")
+
+
+def _total(texts: list[str], mean: bool) -> str:
+    """The sum (or mean) of numbers written as text: whole numbers stay whole where every one is (a sum), a single
+    number keeps its text; blank fields are left out (all blank: blank)."""
+    texts = [t for t in texts if t.strip()]
+    if len(texts) <= 1:
+        return texts[0] if texts else ""
+    if not mean and all(t.lstrip("-").isdigit() for t in texts):
+        return str(sum(map(int, texts)))
+    total = math.fsum(map(float, texts))
+    return repr(total / len(texts) if mean else total)
 
 
 def _series_name(name: str) -> str:

@@ -188,7 +188,7 @@ def test_the_kept_series_are_the_ones_the_analysis_reads():
     assert set(kept) == set(plots.SERIES_FIGURES) | {"decisions"}
     for name, columns in kept.items():   # a series cut to some columns keeps at least those its figure needs
         if columns is not None:
-            assert set(plots.SERIES_FIGURES[name].columns) <= set(columns)
+            assert set(plots.SERIES_FIGURES[name].columns) <= set(getattr(columns, "columns", columns))
 
 
 def test_the_windowed_prediction_error_averages_out_epoch_noise_and_skips_runs_without_predictions(tmp_path):
@@ -252,3 +252,48 @@ def test_a_run_written_before_a_key_of_its_algorithm_existed_reads_it_as_the_def
     a, b = rundir.flat_config(old), rundir.flat_config(other)
     assert {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)} == {"edgegossip.choose"}
     assert "bsp.lr" not in a  # only the sections the run has
+
+
+def test_snaps_exchange_is_kept_as_its_totals_per_iteration_and_reads_as_before(tmp_path):
+    """A SNAP run's exchange (a row per server and iteration) is kept as one row per iteration, its values sent and
+    carriable summed over the servers and its threshold averaged (``rundir.Totals``): the sent fractions the claims
+    read and the table the exchange figure draws are the ones the whole series gave; compacting again changes
+    nothing."""
+    from edgeml.analysis.plots import SERIES_FIGURES
+
+    cfg = load_config(overrides=["run.algorithm='snap'", "run.backend='sim'", "data.dataset='breast-cancer'",
+                                 "data.batch_size=4", "model.name='l2svm'", "cluster.workers=5",
+                                 "network.topology='ring'", "stop.max_time=30", "eval.interval=1",
+                                 "eval.test_samples=0", "snap.round_s=1", f"run.out='{tmp_path}'", "run.name='snap'"])
+    path = run(cfg, quiet=True)
+    whole = pd.read_csv(path / "series" / "exchange.csv")
+    iterations = whole["iteration"].nunique()
+    assert len(whole) == 5 * iterations and (whole["threshold"] > 0).any() and whole["sent"].nunique() > 1
+    quantities = ["late_sent_fraction", "sent_fraction_at_0", f"sent_fraction_at_{iterations // 2}"]
+    before = [rundir.Run(path, summary={}, config={}).decided(q) for q in quantities]
+
+    def drawn(p: Path) -> pd.DataFrame:  # what the exchange figure computes of the table
+        ex = rundir.Run(p, summary={}, config={}).table("series/exchange.csv")
+        return ex.groupby("iteration").agg(sent=("sent", "sum"), values=("values", "sum"),
+                                           threshold=("threshold", "mean"))
+
+    expected = drawn(path)
+    compact_run(path, [["exchange"]])
+    kept = rundir.Run(path, summary={}, config={}).table("series/exchange.csv")
+    assert list(kept.columns) == list(SERIES_FIGURES["exchange"].reads.columns)
+    assert list(kept["iteration"]) == list(range(iterations))
+    assert [rundir.Run(path, summary={}, config={}).decided(q) for q in quantities] == before
+    assert all(0 < q <= 1 for q in before)
+    pd.testing.assert_frame_equal(drawn(path)[["sent", "values"]], expected[["sent", "values"]])
+    assert drawn(path)["threshold"].to_numpy() == pytest.approx(expected["threshold"].to_numpy(), rel=1e-12)
+    first = _files(path)
+    compact_run(path, [["exchange"]])
+    assert _files(path) == first
+
+
+def test_totals_keep_whole_numbers_whole_and_a_single_row_as_written():
+    t = rundir.Totals(("k",), ("n",), ("x",))
+    table = b"k,n,x,other\n1,2,0.5,a\n1,3,0.25,b\n2,7,1e-05,c\n"
+    assert t.of(table) == b"k,n,x\r\n1,5,0.375\r\n2,7,1e-05\r\n"
+    assert t.of(t.of(table)) == t.of(table)
+    assert t.of(b"k,n\n1,2\n") == b"k,n\n1,2\n"  # lacks a column: as it is

@@ -14,6 +14,7 @@ import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from edgeml import rundir
 from edgeml.analysis.plots.style import HATCHES, MARKERS, Styles, new_figure, order_of, label_spans, panel_title
 
 
@@ -319,8 +320,9 @@ class SeriesFigure:
     columns: tuple[str, ...]  # the columns the series must have
     caption: str
     # the only columns the figure reads, where they are all a reproduction keeps of a large series (None: it
-    # keeps every column; ``edgeml.analysis.figures.compact_run``)
-    reads: tuple[str, ...] | None = None
+    # keeps every column; ``edgeml.analysis.figures.compact_run``), or its totals per key where the figure and every
+    # other reader only add its rows up (``rundir.Totals``)
+    reads: tuple[str, ...] | rundir.Totals | None = None
 
 
 SERIES_FIGURES = {
@@ -344,7 +346,8 @@ SERIES_FIGURES = {
     "exchange": SeriesFigure(exchange, ("iteration", "sent", "values", "threshold"),
                              "The fraction of the parameter values the servers sent per iteration (summed over "
                              "servers, mean over seeds) and the APE threshold in force, on log axes",
-                             reads=("iteration", "sent", "values", "threshold")),
+                             # the figure and the claims' sent fractions read per-iteration totals over servers
+                             reads=rundir.Totals(("iteration",), ("sent", "values"), ("threshold",))),
     "epochs": SeriesFigure(epochs, ("epoch", "rank", "ratio", "measured_s"),
                            "Each platform's data ratio per epoch, the predicted against the measured training "
                            "time of each epoch, and the prediction error against the co-running load the epoch "
