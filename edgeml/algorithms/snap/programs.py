@@ -12,10 +12,15 @@ as j last received them), and D = sum_j w_ij d_j (rows of W sum to 1):
     x^{k+2} = 2 x^{k+1} - x^k + D^{k+1} - D^k / 2 - alpha (g(x^{k+1}) - g(x^k))
 
 which is Eq. (8) exactly when every value is received (``peer_step``, tested against the matrix form
-``extra``). Taking the disagreement between *published* values (what each side of a link holds of the other)
-makes it antisymmetric over a link, so unsent changes never move the peers' average: only the consensus
-lags (the APE of Sec. IV-C). A frame that arrives after the next tick, or is lost on a link that was up at the
-tick, breaks that symmetry for the rounds it is missing (its sender already counts its values as held, and a
+``extra``). Taking the disagreement between *published* values (what each side of a link holds of the other;
+the default ``disagreement``) makes it antisymmetric over a link, so unsent changes never move the peers'
+average: only the consensus lags (the APE of Sec. IV-C); EXTRA's accumulated correction then keeps the values
+moving by about the send bound, so a share of them (about a third in the values-sent runs) crosses it every
+iteration, whatever the floor.
+``disagreement = "own"`` takes the peer's current values instead (Eq. 8 with its neighbours' latest values):
+unsent changes then move the point the peers agree on a little, and the exchange falls silent as they converge
+(Sec. V-A: "the amount of data sent by SNAP approaches 0"). A frame that arrives after the next tick, or is lost
+on a link that was up at the tick, breaks that symmetry for the rounds it is missing (its sender already counts its values as held, and a
 lost frame is not sent again: later frames carry only later changes), and EXTRA's accumulated disagreement
 term keeps the shift, so the peers agree on a slightly moved point. This is the paper's own rule for
 stragglers (Sec. IV-D: a neighbour's latest values); the simulations (no latency, links down for whole runs)
@@ -159,6 +164,12 @@ class ExchangeConfig(PeerConfig):
     """G, the bound on every server's Hessian, |grad^2 f_i(x)| <= G (Sec. IV-C, Algorithm 1's input): the step
     of ``step = "alg1"``, and SNAP's APE growth 1 + alpha G at any step (Alg. 1 line 4). For a smooth f_i it is at
     least f_i's gradient Lipschitz constant (a binary linear model's: ``linear_hessian_bound``)."""
+    disagreement: Literal["published", "own"] = "published"
+    """A server's own term in EXTRA's disagreement D_i = sum_j w_ij (x_j - x_i) where changes go unsent:
+    ``published``, its values as each neighbour holds them (the disagreement antisymmetric over every link, so
+    unsent changes never move the servers' average); ``own``, its current values (Eq. 8 with the neighbours'
+    latest values: SNAP Sec. IV-C's "sends x + Delta x rather than x" is what the neighbours see, the server keeps
+    its own). The two are Eq. (8) alike while every change is sent."""
     round_s: float = ranged(0.0, ge=0, zero="derived from the run")
     """Length of a round of the common clock, in seconds. 0 (auto): twice the slowest peer's step plus its
     frames to every neighbour at full size on its links, plus 10 ms for a real transport."""
@@ -325,7 +336,7 @@ def exchange_peer(node: Node, send_all: bool = False) -> None:
         g = trainer.grad.clone()
         D = torch.zeros_like(x)
         for j in live:
-            D.add_(views[j] - held[j], alpha=weight[j])
+            D.add_(views[j] - (x if cfg.disagreement == "own" else held[j]), alpha=weight[j])
         new = peer_step(x, D, g, alpha, prev)
         prev = (x.clone(), D, g)
         x.copy_(new)
