@@ -11,26 +11,25 @@ as j last received them), and D = sum_j w_ij d_j (rows of W sum to 1):
     x^1     = x^0 + D^0 - alpha g(x^0)
     x^{k+2} = 2 x^{k+1} - x^k + D^{k+1} - D^k / 2 - alpha (g(x^{k+1}) - g(x^k))
 
-which is Eq. (8) exactly when every value is received (``peer_step``, tested against the matrix form
-``extra``). Taking the disagreement between *published* values (what each side of a link holds of the other;
-the default ``disagreement``) makes it antisymmetric over a link, so unsent changes never move the peers'
-average: only the consensus lags (the APE of Sec. IV-C); EXTRA's accumulated correction then keeps the values
-moving by about the send bound, so a share of them (about a third in the values-sent runs) crosses it every
-iteration, whatever the floor.
-``disagreement = "own"`` takes the peer's current values instead (Eq. 8 with its neighbours' latest values):
-unsent changes then move the point the peers agree on a little, and the exchange falls silent as they converge
-(Sec. V-A: "the amount of data sent by SNAP approaches 0"). A frame that arrives after the next tick, or is lost
-on a link that was up at the tick, breaks that symmetry for the rounds it is missing (its sender already counts its values as held, and a
-lost frame is not sent again: later frames carry only later changes), and EXTRA's accumulated disagreement
-term keeps the shift, so the peers agree on a slightly moved point. This is the paper's own rule for
-stragglers (Sec. IV-D: a neighbour's latest values); the simulations (no latency, links down for whole runs)
-never meet it, a loaded procs run can. Gradients are over the peer's whole shard, its f_i of Eq. (1)
-(``full_batch``), or one mini-batch. EXTRA converges for alpha < 2 mu_g lambda_min(W~) / L_f^2 (Sec. IV-A, from
-Eq. 10): ``step = "bound"`` takes alpha = ``lr`` x 2 lambda_min(W~), the same fraction of each W's bound, where
-the default ``"fixed"`` gives every W the step ``lr`` (the paper does not say which its Fig. 5 used; at a fixed
-step well inside both bounds a W can only help through mixing); ``step = "alg1"`` takes Algorithm 1 line 1's
-alpha = 1 / (100 G) from G = ``hessian_bound``, so that the APE growth 1 + alpha G is the 1.01 of Sec. IV-C. Where G
-is given, SNAP's APE growth is 1 + alpha G at whatever step the run takes (Alg. 1 line 4).
+which is Eq. (8) exactly when every value is received (``peer_step``, tested against the matrix form ``extra``).
+Taking the disagreement between *published* values (what each side of a link holds of the other; the default
+``disagreement``) makes it antisymmetric over a link, so unsent changes never move the peers' average: only the
+consensus lags (the APE of Sec. IV-C); EXTRA's accumulated correction then keeps the values moving by about the
+send bound, so a share of them (about a third in the values-sent runs) crosses it every iteration, whatever the
+floor. ``disagreement = "own"`` takes the peer's current values instead (Eq. 8 with its neighbours' latest values):
+unsent changes may then move the point the peers agree on a little, and the exchange falls silent as they converge
+(Sec. V-A: "the amount of data sent by SNAP approaches 0"). A frame that arrives after the next tick, or is lost on
+a link that was up at the tick, breaks the symmetry of published values for the rounds it is missing (its sender
+already counts its values as held, and a lost frame is not sent again: later frames carry only later changes), and
+EXTRA's accumulated disagreement term keeps the shift, so the peers agree on a slightly moved point. This is the
+paper's own rule for stragglers (Sec. IV-D: a neighbour's latest values); the simulations (no latency, links down
+for whole runs) never meet it, a loaded procs run can. Gradients are over the peer's whole shard, its f_i of Eq.
+(1) (``full_batch``), or one mini-batch. EXTRA converges for alpha < 2 mu_g lambda_min(W~) / L_f^2 (Sec. IV-A, from
+Eq. 10): ``step = "bound"`` takes alpha = ``lr`` x 2 lambda_min(W~), the same fraction of each W's bound, where the
+default ``"fixed"`` gives every W the step ``lr`` (the paper does not say which its Fig. 5 used; at a fixed step
+well inside both bounds a W can only help through mixing); ``step = "alg1"`` takes Algorithm 1 line 1's alpha = 1 /
+(100 G) from G = ``hessian_bound``, so that the APE growth 1 + alpha G is the 1.01 of Sec. IV-C. Where G is given,
+SNAP's APE growth is 1 + alpha G at whatever step the run takes (Alg. 1 line 4).
 
 **Round clock** (Sec. II-B, IV-D: a global clock and a timer, as RIP). Round k starts at k x ``round_s``: a peer
 computes its update, sends its frames, then collects what arrives until the next tick; a neighbour whose message
