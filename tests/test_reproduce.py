@@ -103,6 +103,21 @@ def test_layers_merge_in_order_and_sweeps_expand(toy):
     assert quick[0].dirname == "bsp_cluster.hetero=H=1-s7"
 
 
+def test_settings_may_hold_each_algorithms_defaults_for_its_own_runs(tmp_path, toy):
+    """A section of [settings] named after an algorithm applies to that algorithm's runs only (the run's config
+    beats it); one naming an algorithm no run runs is refused."""
+    path = edit(tmp_path, toy, "cluster = { workers = 2 }\n",
+                "cluster = { workers = 2 }\nssp = { staleness = 4, lr = 0.2 }\nbsp = { lr = 0.3 }\n")
+    runs = plan(load_experiment(path))
+    assert {p.algorithm: p.layers.get("ssp") for p in runs} == {"bsp": None, "ssp": {"staleness": 1, "lr": 0.2}}
+    assert {p.algorithm: p.layers.get("bsp") for p in runs} == {"bsp": {"lr": 0.3}, "ssp": None}
+    assert {p.algorithm: p.cfg.algo.lr for p in runs} == {"bsp": 0.3, "ssp": 0.2}
+    idle = edit(tmp_path, toy, "cluster = { workers = 2 }\n", "cluster = { workers = 2 }\nasp = { lr = 0.2 }\n",
+                name="idle.toml")
+    with pytest.raises(UserError, match=r"\[settings\] asp names an algorithm no run"):
+        plan(load_experiment(idle))
+
+
 def test_labels_name_runs_and_settings_and_leave_the_plan_alone(tmp_path, toy):
     labelled = edit(tmp_path, toy, 'name = "ssp-tight"', 'name = "ssp-tight"\nlabel = "SSP (s = 1)"')
     labelled = edit(tmp_path, labelled, "seeds = [0, 1]", 'seeds = [0, 1]\nlabels = { "cluster.hetero" = "H" }',
