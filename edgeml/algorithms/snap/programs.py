@@ -164,11 +164,8 @@ class ExchangeConfig(PeerConfig):
     of ``step = "alg1"``, and SNAP's APE growth 1 + alpha G at any step (Alg. 1 line 4). For a smooth f_i it is at
     least f_i's gradient Lipschitz constant (a binary linear model's: ``linear_hessian_bound``)."""
     disagreement: Literal["published", "own"] = "published"
-    """A server's own term in EXTRA's disagreement D_i = sum_j w_ij (x_j - x_i) where changes go unsent:
-    ``published``, its values as each neighbour holds them (the disagreement antisymmetric over every link, so
-    unsent changes never move the servers' average); ``own``, its current values (Eq. 8 with the neighbours'
-    latest values: SNAP Sec. IV-C's "sends x + Delta x rather than x" is what the neighbours see, the server keeps
-    its own). The two are Eq. (8) alike while every change is sent."""
+    """A server's own x_i in EXTRA's disagreement w_ij (x_j - x_i): ``published``, as neighbour j holds it (unsent
+    changes never move the servers' average); ``own``, its current values (Eq. 8 with the neighbours' latest)."""
     round_s: float = ranged(0.0, ge=0, zero="derived from the run")
     """Length of a round of the common clock, in seconds. 0 (auto): twice the slowest peer's step plus its
     frames to every neighbour at full size on its links, plus 10 ms for a real transport."""
