@@ -320,6 +320,7 @@ def exchange_peer(node: Node, send_all: bool = False) -> None:
     schedule = APESchedule(threshold, cfg.epsilon * threshold, cfg.hold, cfg.shrink, growth["growth"],
                            rule="fixed" if cfg.stages == "restart" else "ape") if not send_all else None
     everything = torch.ones(n, dtype=torch.bool, device=x.device)
+    own = cfg.disagreement == "own"  # the peer's own term in D: its current values, not those its neighbours hold
     prev = None
     k = math.ceil(node.now() / T - 1e-9)  # the first tick after set-up
     node.sleep(max(0.0, k * T - node.now()))
@@ -332,7 +333,7 @@ def exchange_peer(node: Node, send_all: bool = False) -> None:
         g = trainer.grad.clone()
         D = torch.zeros_like(x)
         for j in live:
-            D.add_(views[j] - (x if cfg.disagreement == "own" else held[j]), alpha=weight[j])
+            D.add_(views[j] - (x if own else held[j]), alpha=weight[j])
         new = peer_step(x, D, g, alpha, prev)
         prev = (x.clone(), D, g)
         x.copy_(new)
