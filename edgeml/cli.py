@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from edgeml.schema import COMMON_SECTIONS, ClusterSection, DataSection, RunSection, StopSection, did_you_mean, range_of
-from edgeml.errors import Interrupted, RunFailed, UserError, interrupt_handled
+from edgeml.errors import Interrupted, RunFailed, UserError, interrupt_handled, unwrap_interrupt
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Reproduce and compare distributed training schemes across heterogeneous edge devices. "
@@ -36,7 +36,7 @@ def command(*args, **kwargs):
         @functools.wraps(fn)
         def run_safely(*a, **kw):
             try:
-                return fn(*a, **kw)
+                return unwrap_interrupt(fn, *a, **kw)
             except UserError as exc:
                 err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
                 raise typer.Exit(2) from None
@@ -479,8 +479,9 @@ def reproduce(
     line = " ".join(["edgeml reproduce", paper] + (["--quick"] if quick else []) + ([f"--out {out}"] if out else [])
                     + ([f"--seeds {seeds}"] if seeds else []) + ([f"--backend {backend}"] if backend else []))
     try:
-        report = run_experiment(paper, quick, out, seed_list, backend, command_line=line, resume=resume, only=only,
-                                force=force, jobs=jobs, check=check, cluster=cluster, address=address, pdf=pdf)
+        report = unwrap_interrupt(run_experiment, paper, quick, out, seed_list, backend, command_line=line,
+                                  resume=resume, only=only, force=force, jobs=jobs, check=check, cluster=cluster,
+                                  address=address, pdf=pdf)
     except KeyboardInterrupt as exc:  # finished runs are kept: say how to go on from them
         import shlex
 

@@ -33,3 +33,27 @@ def interrupt_handled() -> None:
     while modules import, so a Ctrl-C during torch's import lands there. Evaluating an empty text resets that
     memory: the next run returns 130 as the command line says."""
     exec("")
+
+
+def interrupt_within(exc: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C (or SIGTERM) that ``exc`` stands for, or None. Python wraps an exception raised while a class is
+    made (a descriptor's ``__set_name__``, as while matplotlib imports) in a RuntimeError with the interrupt as its
+    cause: a Ctrl-C that lands there is still a Ctrl-C, not a failure."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__
+    return None
+
+
+def unwrap_interrupt(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``, with a Ctrl-C that came back wrapped (``interrupt_within``) raised as itself."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:
+        interrupt = interrupt_within(exc)
+        if interrupt is None:
+            raise
+        raise interrupt from None

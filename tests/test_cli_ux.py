@@ -92,6 +92,51 @@ def test_reproduce_interrupted_within_a_run_still_prints_the_command_that_resume
     assert "edgeml reproduce baselines --quick --jobs 1 --resume" in " ".join(result.output.split())
 
 
+def _class_made_under_ctrl_c():
+    """A class whose making meets a Ctrl-C, as matplotlib's import can: Python 3.11 hands it back as a
+    RuntimeError caused by the KeyboardInterrupt (later versions raise the interrupt itself)."""
+
+    class Descriptor:
+        def __set_name__(self, owner, name):
+            raise KeyboardInterrupt
+
+    class Owner:
+        field = Descriptor()
+
+    return Owner
+
+
+@pytest.mark.parametrize("wrapped", ["by a class being made", "as a cause"])
+def test_a_ctrl_c_handed_back_wrapped_still_stops_a_reproduction_as_a_ctrl_c(monkeypatch, wrapped):
+    import edgeml.reproduce
+
+    def interrupted(*args, **kwargs):
+        if wrapped == "as a cause":
+            raise RuntimeError("while a module imported") from KeyboardInterrupt()
+        _class_made_under_ctrl_c()
+
+    monkeypatch.setattr(edgeml.reproduce, "reproduce", interrupted)
+    result = runner.invoke(app, ["reproduce", "baselines", "--quick", "--jobs", "1"])
+    assert result.exit_code == 130, result.output
+    assert "edgeml reproduce baselines --quick --jobs 1 --resume" in " ".join(result.output.split())
+
+
+def test_only_an_interrupt_in_the_cause_chain_counts_as_one():
+    from edgeml.errors import interrupt_within, unwrap_interrupt
+
+    ctrl_c = KeyboardInterrupt()
+    try:
+        raise RuntimeError("outer") from ValueError("middle")
+    except RuntimeError as exc:
+        assert interrupt_within(exc) is None
+        exc.__cause__.__cause__ = ctrl_c
+        assert interrupt_within(exc) is ctrl_c
+    with pytest.raises(KeyboardInterrupt):
+        unwrap_interrupt(_class_made_under_ctrl_c)
+    with pytest.raises(ValueError, match="not an interrupt"):
+        unwrap_interrupt(int, "not an interrupt")
+
+
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory) -> Path:
     """Two short sim runs told apart by a setting: their names carry brackets."""

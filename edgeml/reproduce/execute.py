@@ -229,6 +229,8 @@ def execute(exp: Experiment, work: list[Work], selected: set[str], out: Path, qu
     they may reserve, None: all the cluster's). Either way the outcome lists the runs in the plan's order.
     ``estimates``: each run's estimated core-seconds by run directory name, for the ETA shown (``Eta``);
     ``workers``: run processes already started for them (``edgeml.reproduce.parallel.start_workers``)."""
+    from edgeml.analysis.figures import compact_run  # noqa: F401  (matplotlib: imported before any run, not as one ends)
+
     task = progress.add_task(exp.paper, total=len(work))
     results: dict[int, str | None] = {}  # plan index -> failure reason (None: done); left out: absent
     heads = {k: f"[{k}/{len(work)}] {w.run.name} seed {w.run.seed}" for k, w in enumerate(work, 1)}

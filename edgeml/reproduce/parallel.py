@@ -29,6 +29,7 @@ import time
 from multiprocessing.connection import wait
 from typing import Callable
 
+from edgeml.errors import interrupt_within
 from edgeml.reproduce.plan import PlannedRun
 
 STOP_WITHIN_S = 40.0
@@ -131,12 +132,17 @@ def _serve(conn) -> None:
         while True:
             try:
                 run_one, args = conn.recv()
-            except EOFError:
+            except (EOFError, OSError):  # the driver closed its end, or died with the pipe unread
                 return
             try:
-                conn.send(("done", run_one(*args)))
+                reply = ("done", run_one(*args))
             except KeyboardInterrupt:
-                conn.send(("interrupted", "interrupted by the user"))
+                reply = ("interrupted", "interrupted by the user")
+            try:
+                conn.send(reply)
+            except OSError:  # the driver is gone: nobody to tell
+                return
+            if reply[0] == "interrupted":
                 return
     except KeyboardInterrupt:  # between runs: nothing to report
         return
@@ -213,6 +219,12 @@ def run_parallel(items: list[tuple[int, PlannedRun, object]], jobs: int, run_one
                     if w.ended:  # a new worker takes its place when a run needs one
                         w.close()
                         workers.remove(w)
+    except Exception as exc:  # a Ctrl-C, or one that came back wrapped (a class made as a module imported)
+        interrupt = interrupt_within(exc)
+        if interrupt is None:
+            raise
+        _stop([w for w in workers if w.run is not None])
+        raise interrupt from None
     except KeyboardInterrupt:
         _stop([w for w in workers if w.run is not None])
         raise
