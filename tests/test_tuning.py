@@ -128,6 +128,36 @@ def test_a_candidate_whose_model_diverged_on_a_tuning_seed_is_never_chosen(tuned
     assert found["1:3"].chosen is None and found["H=1"].chosen == 4
 
 
+@pytest.mark.parametrize("edge", ["none", "above"])
+def test_with_edge_above_nothing_above_a_diverged_candidate_is_chosen(tmp_path, edge):
+    """Staleness 1, 2 and 4 by best accuracy, 4 the best everywhere. At 1:3, 2 diverged on seed 6: without an
+    edge 4 (stable on both seeds) is chosen; with edge = "above" its stability there is luck, so 1 is, and the
+    table marks 4 "above the edge". The stability table names the seed; two tuning seeds are said to be too few."""
+    from edgeml.reproduce.tuning import table
+
+    path = tmp_path / "edge.toml"
+    path.write_text(TUNED.replace('by = "time_to_target", ', f'by = "best_accuracy", edge = "{edge}", ')
+                    .replace('"ssp.staleness" = [1, 4]', '"ssp.staleness" = [1, 2, 4]'))
+    exp = load_experiment(str(path))
+    planned = plan(exp)
+    values = {(h, s, seed): (10, {1: 0.6, 2: 0.5, 4: 0.4}[s]) for h in ("H=1", "1:3") for s in (1, 2, 4)
+              for seed in (5, 6)}
+    spec = next(s for s in exp.runs if s.name == "tune")
+    blown = {(p.name, p.seed) for p in planned if p.spec == "tune" and p.point == {"cluster.hetero": "1:3",
+                                                                                   "ssp.staleness": 2} and p.seed == 6}
+    found = {c.setting["cluster.hetero"]: c for c in choices(spec, planned, planned, _per_run(planned, values),
+                                                              "accuracy", blown)}
+    assert found["H=1"].chosen == 4 and found["H=1"].beyond == []
+    assert found["1:3"].unstable == {2: 1} and found["1:3"].diverged_on == {2: [6]}
+    assert found["1:3"].chosen == (1 if edge == "above" else 4)
+    assert found["1:3"].beyond == ([4] if edge == "above" else [])
+    text = "\n".join(table(spec, list(found.values()), "accuracy>=0.5", quick=False))
+    assert ("0.8 (above the edge)" in text) == (edge == "above")
+    assert "| cluster.hetero=1:3 | stable on all 2 | diverged on 6 | stable on all 2 |" in text
+    assert "2 tuning seeds: fewer than the 3 a choice needs" in text
+    assert "fewer than the" not in "\n".join(table(spec, list(found.values()), "accuracy>=0.5", quick=True))
+
+
 def test_the_fallback_from_a_censored_time_looks_at_the_stable_candidates_only(tuned):
     """At H=1 candidate 4 reached the target on both seeds but diverged on one; 1 never reached it: among the
     stable candidates every one is censored, so the best mean final value decides (and 1 is chosen)."""
@@ -168,6 +198,8 @@ def test_a_tie_goes_to_the_smaller_value_and_accuracies_are_the_higher_the_bette
     ('by = "time_to_target", ', 'by = nan, ', "tunes.by = nan is not a finite number"),
     ('runs = { "timed" = "ssp.staleness", "alt" = "ssp.staleness" }', 'runs = "timed"',
      "tunes.runs must name the runs it tunes and the key each takes the choice in"),
+    ('by = "time_to_target", ', 'by = "time_to_target", edge = "below", ',
+     "tunes.edge = 'below' is not allowed: write \"above\""),
 ])
 def test_bad_tunes_tables_are_refused_with_one_line(tmp_path, old, new, message):
     path = tmp_path / "bad.toml"

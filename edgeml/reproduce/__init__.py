@@ -83,7 +83,8 @@ experiment without notes or ledger. ``experiment.toml``::
     tunes = { key = "ssp.staleness", by = "time_to_target", runs = { "ssp-timed" = "ssp.staleness" } }
                                  # optional, on an entry that sweeps candidates on tuning seeds: the report
                                  # tables the candidate each setting (its other sweep keys) chooses beside the
-                                 # value the tuned runs use there (edgeml.reproduce.tuning)
+                                 # value the tuned runs use there (edgeml.reproduce.tuning); with
+                                 # edge = "above" (a step size) nothing above a diverged candidate is chosen
     figure = "fig5"              # optional: the figure group(s) it is drawn in (an id, a list of ids, or a
                                  # title of its own: "Fig. 2: SSP" draws every panel in figures/fig-2/)
 

@@ -309,15 +309,15 @@ def _run_spec(path: Path, raw: Any) -> RunSpec:
 def _tunes(where: str, spec: RunSpec) -> None:
     """``tunes = { key = "section.key", by = "time_to_target", runs = { "entry" = "section.key" } }``: ``key`` one
     of the entry's sweep keys, ``by`` a metric of ``edgeml.reproduce.tuning.BY``, each tuned run's key a config
-    key (the entries it names are checked once every entry is read)."""
-    from edgeml.reproduce.tuning import BY
+    key (the entries it names are checked once every entry is read); ``edge`` (optional) "above" or "none"."""
+    from edgeml.reproduce.tuning import BY, EDGES
 
     example = ('tunes = { key = "fixed_adacomm.tau0", by = "time_to_target", runs = { "fig4-fixed_adacomm" = '
                '"fixed_adacomm.tau0" } }')
     t = spec.tunes
     if not isinstance(t, dict):
         raise UserError(f"{where}: run {spec.name!r}: tunes must be a table: write {example}")
-    unknown = sorted(set(t) - {"key", "by", "runs"})
+    unknown = sorted(set(t) - {"key", "by", "runs", "edge"})
     if unknown:
         raise UserError(f"{where}: run {spec.name!r}: unknown key {unknown[0]!r} in tunes: write {example}")
     if not isinstance(t.get("key"), str) or t["key"] not in (spec.sweep or {}):
@@ -328,6 +328,10 @@ def _tunes(where: str, spec: RunSpec) -> None:
     if t["by"] not in BY:
         raise UserError(f"{where}: run {spec.name!r}: tunes.by = {t['by']!r} is not allowed: choose one of "
                         f"{', '.join(BY)}")
+    t.setdefault("edge", "none")
+    if t["edge"] not in EDGES:
+        raise UserError(f"{where}: run {spec.name!r}: tunes.edge = {t['edge']!r} is not allowed: write \"above\" "
+                        "(stability is lost as the value grows, as a step size's) or \"none\"")
     runs = t.get("runs")
     if not isinstance(runs, dict) or not runs or not all(isinstance(k, str) for k in runs.values()):
         raise UserError(f"{where}: run {spec.name!r}: tunes.runs must name the runs it tunes and the key each "

@@ -15,7 +15,10 @@ over the tuning seeds is chosen (``time_to_target``: the least, a candidate with
 never reaching the target, and where every candidate has one, the best mean final value of the target's
 metric; accuracies: the highest; losses: the least; a tie goes to the smaller value). A candidate whose model
 diverged on any of its tuning seeds is not chosen, whatever its score: a setting at the edge of stability chosen
-by the seeds' luck (the table marks it "diverged k/n"). The choice is not applied
+by the seeds' luck (the table marks it "diverged k/n", and a table of each candidate's stability per seed names
+the seeds). With ``edge = "above"`` (a step size, whose stability is lost as it grows) no candidate above the
+smallest one that diverged is chosen either: that it held on these seeds is luck too (marked "above the
+edge"). A choice rests on three tuning seeds or more; the report says where it rests on fewer. The choice is not applied
 by itself: the experiment file writes it into the tuned runs (their ``points``, or their config), so that what
 a run used stays in the file; the report tables the choice beside the value each tuned run uses at that
 setting (matched by the settings' config values) and names any that differ. While some of a setting's tuning
@@ -51,6 +54,13 @@ class Tunes:
     key: str = ""
     by: str = "time_to_target"
     runs: dict = field(default_factory=dict)
+    edge: str = "none"  # "above": a candidate above one that diverged is not chosen either
+
+
+EDGES = ("none", "above")
+"""What ``tunes.edge`` may say: no order of stability is assumed, or stability is lost as the value grows."""
+MIN_SEEDS = 3
+"""The tuning seeds a choice needs: with fewer, a candidate stable on every one may still diverge on others."""
 
 
 @dataclass
@@ -65,6 +75,8 @@ class Choice:
     used: dict[str, list[Any]] = field(default_factory=dict)  # tuned entry -> the values its runs here use
     pending: int = 0  # planned tuning runs at this setting not finished: the choice is provisional
     unstable: dict[Any, int] = field(default_factory=dict)  # candidate -> seeds its model diverged on: not chosen
+    diverged_on: dict[Any, list[int]] = field(default_factory=dict)  # candidate -> the seeds it diverged on
+    beyond: list[Any] = field(default_factory=list)  # stable candidates above the edge (``edge = "above"``)
 
     def differs(self) -> list[str]:
         """The tuned entries whose runs at this setting use another value than the chosen one (so far, while
@@ -101,19 +113,23 @@ def choices(spec: Any, done: list, planned: list, per_run: pd.DataFrame, target_
         row = row.iloc[0] if isinstance(row, pd.DataFrame) else row
         setting = tuple((k, v) for k, v in p.point.items() if k != tunes.key)  # (--quick: its quick sweep's)
         grouped.setdefault(setting, {}).setdefault(p.point[tunes.key], []).append(
-            {**row.to_dict(), "_diverged": (p.name, p.seed) in diverged})
+            {**row.to_dict(), "_diverged": (p.name, p.seed) in diverged, "_seed": p.seed})
         seeds.setdefault(setting, set()).add(p.seed)
     fallback = "final_accuracy" if target_metric == "accuracy" else "final_loss"
     tuned = [(p, _flat(p.cfg)) for p in planned if p.spec in tunes.runs and p.cfg is not None]
     out = []
     for setting, candidates in grouped.items():
         by = tunes.by
-        unstable = {v: n for v, rs in candidates.items() if (n := sum(r["_diverged"] for r in rs))}
-        if to_target(by) and all(any(r["censored"] for r in rs) for v, rs in candidates.items() if v not in unstable):
+        diverged_on = {v: sorted(r["_seed"] for r in rs if r["_diverged"]) for v, rs in candidates.items()}
+        unstable = {v: len(ss) for v, ss in diverged_on.items() if ss}
+        beyond = edge_beyond(list(candidates), unstable, tunes.edge)
+        eligible = {v for v in candidates if v not in unstable and v not in beyond}
+        if to_target(by) and all(any(r["censored"] for r in candidates[v]) for v in eligible):
             by = fallback
         scores = {v: (score(rs, by), len(rs), sum(bool(r["censored"]) for r in rs)) for v, rs in candidates.items()}
-        chosen = best({v: s[0] for v, s in scores.items() if v not in unstable}, by)
-        c = Choice(dict(setting), scores, by, chosen, sorted(seeds[setting]), unstable=unstable)
+        chosen = best({v: s[0] for v, s in scores.items() if v in eligible}, by)
+        c = Choice(dict(setting), scores, by, chosen, sorted(seeds[setting]), unstable=unstable,
+                   diverged_on={v: ss for v, ss in diverged_on.items() if ss}, beyond=beyond)
         finished = {(p.name, p.seed) for p in mine}
         c.pending = sum(1 for p in planned if p.spec == spec.name and (p.name, p.seed) not in finished
                         and all(same(p.point.get(k), v) for k, v in setting))
@@ -124,6 +140,17 @@ def choices(spec: Any, done: list, planned: list, per_run: pd.DataFrame, target_
                 c.used[name] = list(dict.fromkeys(used))
         out.append(c)
     return out
+
+
+def edge_beyond(candidates: list[Any], unstable: dict[Any, int], edge: str) -> list[Any]:
+    """The stable candidates that ``edge = "above"`` rules out: those above the smallest candidate that diverged
+    on some tuning seed (numbers only; none with ``edge = "none"``)."""
+    numbers = [v for v in unstable if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if edge != "above" or not numbers:
+        return []
+    low = min(numbers)
+    return sorted((v for v in candidates if v not in unstable and isinstance(v, (int, float))
+                   and not isinstance(v, bool) and v > low), key=_order)
 
 
 def score(rows: list[dict], by: str) -> float:
@@ -165,6 +192,8 @@ def table(spec: Any, found: list[Choice], target: str, quick: bool) -> list[str]
             (f"{mean:.4g} s" if c.by == "time_to_target" else f"{mean:.4g}")
         if v in c.unstable:
             text += f" (diverged {c.unstable[v]}/{n})"
+        elif v in c.beyond:
+            text += " (above the edge)"
         return f"**{text}**" if same(v, c.chosen) else text
 
     tuned = list(tunes.runs)
@@ -192,7 +221,36 @@ def table(spec: Any, found: list[Choice], target: str, quick: bool) -> list[str]
     note = (" With --quick the tuned runs keep their quick settings." if quick else
             " A tuned run that uses another value is marked (differs): write the choice into its points.")
     seeds = sorted({s for c in found for s in c.seeds})
+    if any(c.beyond for c in found):
+        note = (" Stability is lost as the value grows (edge = \"above\"): no candidate above the smallest one that "
+                "diverged is chosen either (above the edge).") + note
     if any(c.unstable for c in found):
         note = " A candidate whose model diverged on some seed is not chosen (diverged k/n)." + note
+    if not quick and len(seeds) < MIN_SEEDS:
+        note += (f" {'One tuning seed' if len(seeds) == 1 else f'{len(seeds)} tuning seeds'}: fewer than the "
+                 f"{MIN_SEEDS} a choice needs, so a candidate stable on {'it' if len(seeds) == 1 else 'each'} may "
+                 "still diverge on others.")
     return [f"`{spec.name}` tunes `{key}` by {what}, over its seeds ({', '.join(map(str, seeds))}); "
-            "the chosen value in bold." + note, "", md_table(head, rows), ""]
+            "the chosen value in bold." + note, "", md_table(head, rows), ""] + _stability(found, values, key)
+
+
+def _stability(found: list[Choice], values: list[Any], key: str) -> list[str]:
+    """Each candidate's stability on each tuning seed: the seeds its model diverged on, per setting (where any
+    candidate diverged; else one line that says none did)."""
+    from edgeml.analysis.tables import md_table
+
+    if not any(c.unstable for c in found):
+        return []
+    rows = []
+    for c in found:
+        row = [", ".join(f"{k}={fmt_value(v)}" for k, v in c.setting.items()) or "-"]
+        for v in values:
+            if v not in c.scores:
+                row.append("-")
+                continue
+            ran = c.scores[v][1]
+            bad = c.diverged_on.get(v, [])
+            row.append(f"diverged on {', '.join(map(str, bad))}" if bad else f"stable on all {ran}")
+        rows.append(row)
+    return ["Stability of each candidate on each tuning seed (the seeds whose model diverged):", "",
+            md_table(["setting"] + [f"{key}={fmt_value(v)}" for v in values], rows), ""]
