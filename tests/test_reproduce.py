@@ -118,6 +118,54 @@ def test_settings_may_hold_each_algorithms_defaults_for_its_own_runs(tmp_path, t
         plan(load_experiment(idle))
 
 
+SHARED = """
+[experiment]
+paper = "shared"
+seeds = [0]
+baseline = "bsp"
+target_accuracy = 0.5
+labels = { "algorithm.lr" = "alpha" }
+
+[settings]
+run = { backend = "sim" }
+data = { dataset = "digits" }
+model = { name = "mlp" }
+stop = { max_time = 2 }
+cluster = { workers = 2 }
+eval = { interval = 0.5 }
+
+[[group]]
+sweep = { "algorithm.lr" = [0.05, 0.2] }
+runs = [{ algorithm = "bsp" }, { algorithm = "ssp", config = { ssp = { staleness = 1 } } }]
+
+[[claims]]
+text = "at one shared step size SSP ends at least as accurate as BSP"
+metric = "final_accuracy"
+run = "ssp"
+kind = "difference"
+direction = "higher"
+"""
+
+
+def test_an_algorithm_sweep_key_sets_each_runs_own_algorithm_and_pairs_the_methods_at_each_value(tmp_path):
+    """``"algorithm.lr"`` sweeps bsp.lr in the BSP runs and ssp.lr in the SSP runs; both name their points
+    alike, so a claim of SSP against BSP reads at each shared value, SSP's against BSP's at the same one."""
+    path = tmp_path / "shared.toml"
+    path.write_text(SHARED)
+    planned = plan(load_experiment(str(path)))
+    assert [p.name for p in planned] == ["bsp[algorithm.lr=0.05]", "bsp[algorithm.lr=0.2]", "ssp[algorithm.lr=0.05]",
+                                         "ssp[algorithm.lr=0.2]"]
+    assert [(p.cfg.algo.lr, p.point) for p in planned] == [(v, {"algorithm.lr": v}) for v in (0.05, 0.2)] * 2
+    assert planned[2].layers["ssp"] == {"staleness": 1, "lr": 0.05} and "ssp" not in planned[0].layers
+    reproduce(str(path), out=tmp_path / "out")
+    final = pd.read_csv(tmp_path / "out" / "compare_runs.csv").set_index("run")["final_accuracy"]
+    assert final["bsp[algorithm.lr=0.05]"] != final["bsp[algorithm.lr=0.2]"]  # each point ran at its own value
+    verdicts = pd.read_csv(tmp_path / "out" / "verdicts.csv").set_index("at")
+    assert sorted(verdicts.index) == ["algorithm.lr=0.05", "algorithm.lr=0.2"]
+    for at, row in verdicts.iterrows():  # BSP's accuracy less SSP's, at the same value on both sides
+        assert row["point"] == pytest.approx(final[f"bsp[{at}]"] - final[f"ssp[{at}]"], abs=1e-9)
+
+
 def test_labels_name_runs_and_settings_and_leave_the_plan_alone(tmp_path, toy):
     labelled = edit(tmp_path, toy, 'name = "ssp-tight"', 'name = "ssp-tight"\nlabel = "SSP (s = 1)"')
     labelled = edit(tmp_path, labelled, "seeds = [0, 1]", 'seeds = [0, 1]\nlabels = { "cluster.hetero" = "H" }',

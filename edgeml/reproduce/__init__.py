@@ -72,7 +72,8 @@ experiment without notes or ledger. ``experiment.toml``::
     config = { ssp = { staleness = 3 } }     # optional layers for this run
     quick = { stop = { max_time = 5 } }      # optional layers for this run with --quick
     sweep = { "cluster.hetero" = ["H=1", "H=2"] }   # optional: one run per value (product over keys),
-                                 # named "ssp[cluster.hetero=H=2]"
+                                 # named "ssp[cluster.hetero=H=2]"; "algorithm.lr" sweeps each run's own
+                                 # algorithm's key (ssp.lr here), so methods pair at one shared value
     points = { "cluster.hetero=H=2" = { ssp = { staleness = 2 } } }   # optional: a layer for one point of the
                                  # full sweep (a value tuned per setting), after the sweep's values; --quick
                                  # runs take the run's quick layer instead

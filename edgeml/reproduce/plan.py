@@ -5,6 +5,11 @@ them. Nothing here runs or writes anything.
 Layers merge in this order, later winning key by key: settings, run config, quick, run quick, sweep values,
 the run's layer for that point (``points``: a value tuned per setting; full runs only), then
 ``run.algorithm``/``run.seed`` (and ``--backend``).
+
+A sweep key in the section ``algorithm`` names the run's own algorithm's key: ``"algorithm.lr" = [0.01, 0.1]``
+sweeps ``asgd.lr`` in an ASGD run and ``adacomp.lr`` in an AdaComp run, and every run's points carry the same
+name (``[algorithm.lr=0.1]``), so runs of different methods at one shared value pair as a claim's run and
+baseline (AdaComp's methods at one shared learning rate, as its paper runs them).
 """
 
 from __future__ import annotations
@@ -39,18 +44,23 @@ class PlannedRun:
         return re.sub(r"[^\w.=+-]+", "_", self.name).strip("_") + f"-s{self.seed}"
 
 
+ALGORITHM_SECTION = "algorithm"
+"""A sweep key's section that stands for the run's own algorithm's section ("algorithm.lr": ``asgd.lr``...)."""
+
+
 def sweep_points(spec: RunSpec, quick: bool = False) -> list[tuple[str, dict]]:
     """(name, layer) per point of the run's sweep (its ``quick_sweep`` with ``quick``): the product over its keys."""
     sweep = (spec.quick_sweep if quick else None) or spec.sweep or {}
     for key, values in sweep.items():
         if key.count(".") < 1 or not isinstance(values, list) or not values:
             raise UserError(f"sweep key {key!r} of run {spec.name!r}: write \"section.key\" = [values, ...]")
+    own = (_algorithm_section(spec.algorithm) or spec.algorithm) if spec.algorithm else ALGORITHM_SECTION
     points = []
     for values in itertools.product(*sweep.values()):
         layer: dict[str, dict] = {}
         for key, v in zip(sweep, values):
             section, name = key.split(".", 1)
-            layer.setdefault(section, {})[name] = v
+            layer.setdefault(own if section == ALGORITHM_SECTION else section, {})[name] = v
         tag = ",".join(f"{k}={fmt_value(v)}" for k, v in zip(sweep, values))
         points.append((f"{spec.name}[{tag}]" if sweep else spec.name, layer))
     return points
@@ -112,11 +122,14 @@ def _plan_spec(exp: Experiment, spec: RunSpec, quick: bool, seeds: list[int] | N
         if not isinstance(layer, dict):
             raise UserError(f"{exp.source.name}, run {spec.name!r}: points.{tag!r} must be a table of settings, "
                             f"e.g. {{ adacomm = {{ tau0 = 4 }} }}")
+    own_keys = {f"{mine or spec.algorithm}.{k.split('.', 1)[1]}": k  # "asgd.lr" -> "algorithm.lr", as named
+                for k in (spec.quick_sweep if quick else None) or spec.sweep or {}
+                if k.split(".", 1)[0] == ALGORITHM_SECTION}
     for name, point in sweep_points(spec, quick):
         extra = {} if quick else (spec.points or {}).get(_tag(name), {})  # --quick: the run's quick layer instead
         for seed in run_seeds:
             run = {"algorithm": spec.algorithm, "seed": seed, **({"backend": backend} if backend else {})}
-            flat = {f"{sec}.{k}": v for sec, kv in point.items() for k, v in kv.items()}
+            flat = {own_keys.get(f"{sec}.{k}", f"{sec}.{k}"): v for sec, kv in point.items() for k, v in kv.items()}
             p = PlannedRun(name, spec.algorithm, seed, merge(*layers, point, extra, {"run": run}),
                            merge(*own, point, extra), spec.figure, spec.name, flat)
             try:
