@@ -128,6 +128,18 @@ def test_a_group_gives_its_entries_defaults_that_an_entry_overrides(tmp_path):
     assert exp.claims[0].metric == "time_to_target" and exp.claims[0].baseline == "bsp"  # claims group too
 
 
+def test_claims_of_a_group_share_its_reading_of_the_quantity_and_an_entry_may_give_its_own(tmp_path):
+    shared = EXPERIMENT.replace('baseline = "bsp"\n[[group.claims]]',
+                                'baseline = "bsp"\nreading = { quote = "the time to 0.5", section = "Toy Sec. 2" }\n'
+                                '[[group.claims]]')
+    shared = shared.replace('direction = "lower"\nDIAGNOSIS',
+                            'direction = "lower"\nDIAGNOSIS\n[[group.claims]]\ntext = "ssp is faster, read its way"\n'
+                            'run = "ssp"\nreading = { quote = "the time to 0.6" }')
+    claims = load_experiment(folder(tmp_path, experiment=shared)).claims
+    assert [(c.reading.quote, c.reading.section) for c in claims] == [("the time to 0.5", "Toy Sec. 2"),
+                                                                      ("the time to 0.6", "Toy Sec. 2")]
+
+
 def test_a_diagnosis_cites_ledger_rows_and_its_cause_follows_from_their_kind(tmp_path):
     exp = load_experiment(folder(tmp_path, 'diagnosis = { departures = ["network"], text = "the LAN", '
                                            'ablations = ["ssp vs bsp-net"] }'))

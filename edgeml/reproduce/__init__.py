@@ -120,7 +120,8 @@ experiment without notes or ledger. ``experiment.toml``::
                                  # short), with the runs that test it, each decided in the claim's place ("run
                                  # vs baseline": an ablation of both sides) and each differing from the claim's
                                  # runs in the cited rows' config keys alone
-    # claims may be grouped as runs are: [[group]] with claim keys as defaults, then [[group.claims]]
+    # claims may be grouped as runs are: [[group]] with claim keys as defaults (all but text and diagnosis:
+    # claims on one quantity share the paper's reading of it), then [[group.claims]]
 
 Layers merge in this order, later winning key by key: settings, run config (its group's, then its own), quick,
 run quick (its group's, then its own), sweep values,

@@ -400,7 +400,7 @@ def _figure_groups(where: str, doc: dict, runs: list[RunSpec]) -> dict[str, Figu
 
 
 GROUP_SHARED = {"runs": {"algorithm", "config", "quick", "sweep", "quick_sweep", "figure", "seeds", "quick_seeds"},
-                "claims": CLAIM_KEYS - {"text", "diagnosis", "reading"}}
+                "claims": CLAIM_KEYS - {"text", "diagnosis"}}
 """A ``[[group]]`` holds run entries (``[[group.runs]]``) or claims (``[[group.claims]]``) and defaults for them,
 of these keys: tables merge key by key (the entry winning), other values are the entry's where it gives one."""
 
