@@ -797,6 +797,21 @@ def _accuracy_jitter(run: Run) -> float | None:
     return float(np.std(np.diff(acc))) if len(acc) >= 3 else None
 
 
+def _best_smoothed_accuracy(run: Run) -> float | None:
+    """The highest moving average of the test accuracy over the ``smoothed`` rule's window of evaluations
+    (``edgeml.analysis.convergence.SMOOTH_WINDOW``): the maximum a paper reads off smoothed accuracy curves
+    (AdaComp Sec. V-C: "the moving average accuracies for each run"), where ``best_accuracy`` is one evaluation's.
+    None with fewer evaluations than the window."""
+    import numpy as np
+
+    from edgeml.analysis.convergence import SMOOTH_WINDOW
+
+    acc = run.evals["accuracy"].dropna().to_numpy()
+    if len(acc) < SMOOTH_WINDOW:
+        return None
+    return float(np.convolve(acc, np.ones(SMOOTH_WINDOW) / SMOOTH_WINDOW, mode="valid").max())
+
+
 LATE_SHARE = 0.1
 """The share of a run's iterations, its last, that ``late_sent_fraction`` reads."""
 
@@ -841,7 +856,8 @@ def _bytes_per_message(run: Run) -> float | None:
 
 DERIVED = {"window_prediction_error": _window_prediction_error, "accuracy_jitter": _accuracy_jitter,
            "persistence_error": _persistence_error, "prediction_over_persistence": _prediction_over_persistence,
-           "late_sent_fraction": _late_sent_fraction, "bytes_per_message": _bytes_per_message}
+           "late_sent_fraction": _late_sent_fraction, "bytes_per_message": _bytes_per_message,
+           "best_smoothed_accuracy": _best_smoothed_accuracy}
 """Quantities read from a run's series beyond ``decisions.csv`` (``Run.decided``), by name."""
 DERIVED_FAMILIES = {"sent_fraction_at_": _sent_fraction_at}
 """``DERIVED`` quantities with a whole number in their name (``sent_fraction_at_15``: at iteration 15), by prefix."""

@@ -191,6 +191,20 @@ def test_the_kept_series_are_the_ones_the_analysis_reads():
             assert set(plots.SERIES_FIGURES[name].columns) <= set(getattr(columns, "columns", columns))
 
 
+def test_the_best_smoothed_accuracy_is_the_highest_moving_average_not_one_lucky_evaluation(tmp_path):
+    """``best_smoothed_accuracy``: the highest mean of five consecutive evaluations (the ``smoothed`` rule's
+    window), so one evaluation far above its neighbours moves it by a fifth of its height; None with fewer than
+    five evaluations."""
+    accuracy = [0.2, 0.9, 0.2, 0.2, 0.2, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, float("nan")]
+    pd.DataFrame({"time_s": range(len(accuracy)), "total_steps": 0, "total_bytes": 0, "loss": 1.0,
+                  "accuracy": accuracy}).to_csv(tmp_path / "evals.csv", index=False)
+    run = rundir.Run(tmp_path, summary={}, config={})
+    assert run.decided("best_smoothed_accuracy") == pytest.approx((0.3 + 0.4 + 0.5 + 0.6 + 0.7) / 5)
+    pd.DataFrame({"time_s": range(4), "total_steps": 0, "total_bytes": 0, "loss": 1.0,
+                  "accuracy": [0.9] * 4}).to_csv(tmp_path / "evals.csv", index=False)
+    assert rundir.Run(tmp_path, summary={}, config={}).decided("best_smoothed_accuracy") is None
+
+
 def test_the_windowed_prediction_error_averages_out_epoch_noise_and_skips_runs_without_predictions(tmp_path):
     """``window_prediction_error`` sums predictions and measurements over windows of ``WINDOW_EPOCHS`` epochs
     per platform: noise that cancels within a window leaves no error, a bias stays whole; failed epochs and a
