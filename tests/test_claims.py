@@ -126,6 +126,20 @@ def test_verdicts_rest_on_the_paired_interval(new, paper, expected):
     assert r.n == 3 and r.resolution == "20 s"
 
 
+def test_seeds_whose_mean_and_median_disagree_are_shown_one_by_one():
+    """Five seeds: one far slower for the baseline carries the mean reduction (+), while three of five are slower
+    for the run, so the median is below no effect: the result lists each seed and the median. Seeds that agree,
+    a censored seed, or two seeds: nothing listed."""
+    base = {s: 1000.0 for s in range(5)}
+    r = verdict(claim(), timed({0: 1100.0, 1: 1050.0, 2: 100.0, 3: 900.0, 4: 1020.0}, {**base, 2: 9000.0}))
+    assert r.seeds_apart.startswith("per seed 0: -10%, 1: -5%, 2: 99%, 3: 10%, 4: -2%; median -2%"), r.seeds_apart
+    assert verdict(claim(), timed({0: 900.0, 1: 950.0, 2: 100.0}, {s: 1000.0 for s in range(3)})).seeds_apart == ""
+    assert verdict(claim(), timed({0: 1100.0, 1: None, 2: 100.0}, {s: 1000.0 for s in range(3)})).seeds_apart == ""
+    assert verdict(claim(), timed({0: 1100.0, 1: 100.0}, {0: 1000.0, 1: 9000.0})).seeds_apart == ""
+    ratio = verdict(claim("ratio"), timed({0: 1100.0, 1: 1050.0, 2: 10.0}, {s: 1000.0 for s in range(3)}))
+    assert "median 0.95x" in ratio.seeds_apart  # a ratio's no effect is 1
+
+
 def test_the_measured_figure_shows_the_interval():
     r = verdict(claim(paper=0.8), timed({0: 200.0, 1: 300.0}, {0: 1000.0, 1: 1000.0}))
     assert r.measured == "75% [70%, 80%]" and r.paper == "80%"

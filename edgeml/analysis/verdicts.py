@@ -266,6 +266,7 @@ class Result:
     headline: bool = False
     other_rule: str = ""  # the other arrival rule's reading, where it disagrees (``edgeml.analysis.readings``)
     ablations: tuple = ()  # (run, measured, Verdict) of each ablation of the claim's diagnosis
+    seeds_apart: str = ""  # each seed's effect where the mean and the median lie on opposite sides of no effect
 
     @property
     def verdict(self) -> str:
@@ -487,7 +488,22 @@ def _evaluate_one(claim: Claim, label: str, rows: pd.DataFrame, result: dict, un
     return Result(**{**result, "decision": _verdict(result, claim, decided, iv, lo_open, hi_open, res, unit)},
                   measured=_measured(iv, claim, lo_open, hi_open),
                   words=effect_words(claim, iv, *words_names([label, base_label], result, names), lo_open,
-                                     hi_open))
+                                     hi_open), seeds_apart=seeds_apart(claim, lo, hi))
+
+
+def seeds_apart(claim: Claim, lo: pd.Series, hi: pd.Series) -> str:
+    """Each seed's effect, and their median, where the seeds disagree so that their mean and median lie on
+    opposite sides of no effect (one seed far out carrying the mean: a bimodal result, not to be read from the
+    mean alone); "" where they agree, where a seed's effect is only bounded (censored), or with under three seeds."""
+    exact = np.isclose(lo.to_numpy(dtype=float), hi.to_numpy(dtype=float), rtol=1e-12, atol=0)
+    if len(lo) < 3 or not exact.all() or not np.isfinite(lo.to_numpy(dtype=float)).all():
+        return ""
+    none = 1.0 if claim.kind == "ratio" else 0.0
+    mean, median = float(lo.mean()) - none, float(lo.median()) - none
+    if mean * median >= 0:
+        return ""
+    each = ", ".join(f"{seed}: {_show(claim, float(v))}" for seed, v in lo.items())
+    return f"per seed {each}; median {_show(claim, float(lo.median()))}, on the other side of no effect from the mean"
 
 
 def _band(claim: Claim, base: float) -> float:

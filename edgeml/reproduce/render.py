@@ -423,9 +423,12 @@ def _claims_table(results: list[Result]) -> str:
 
 
 def _notes(report: Report, results: list[Result]) -> list[str]:
-    """Under a section's claims table: where the other arrival rule reads differently, and the diagnosis of
-    each claim that does not read holds (its cause, how, the ablations' measured effects), or that it has none."""
+    """Under a section's claims table: where the other arrival rule reads differently, where the seeds disagree
+    (``seeds_apart``), and the diagnosis of each claim that does not read holds (its cause, how, the ablations'
+    measured effects), or that it has none."""
     lines = [f"- *{x.claim}* ({x.where}), {x.other_rule}." for x in results if x.other_rule]
+    lines += [f"- *{x.claim}*{f' ({x.where})' if x.at or x.target else ''}: the seeds disagree: {x.seeds_apart}."
+              for x in results if x.seeds_apart]
     claims = {c.text: c for c in report.exp.claims}
     owing = list(dict.fromkeys(x.claim for x in results if owes_diagnosis(x.decision)))
     for text in owing:
