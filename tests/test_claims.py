@@ -138,6 +138,8 @@ def test_seeds_whose_mean_and_median_disagree_are_shown_one_by_one():
     assert verdict(claim(), timed({0: 1100.0, 1: 100.0}, {0: 1000.0, 1: 9000.0})).seeds_apart == ""
     ratio = verdict(claim("ratio"), timed({0: 1100.0, 1: 1050.0, 2: 10.0}, {s: 1000.0 for s in range(3)}))
     assert "median 0.95x" in ratio.seeds_apart  # a ratio's no effect is 1
+    near = {0: 1000.01, 1: 1000.01, 2: 999.9}  # apart from no effect by less than the shown precision
+    assert verdict(claim("ratio"), timed(near, {s: 1000.0 for s in range(3)})).seeds_apart == ""
 
 
 def test_the_measured_figure_shows_the_interval():

@@ -494,13 +494,15 @@ def _evaluate_one(claim: Claim, label: str, rows: pd.DataFrame, result: dict, un
 def seeds_apart(claim: Claim, lo: pd.Series, hi: pd.Series) -> str:
     """Each seed's effect, and their median, where the seeds disagree so that their mean and median lie on
     opposite sides of no effect (one seed far out carrying the mean: a bimodal result, not to be read from the
-    mean alone); "" where they agree, where a seed's effect is only bounded (censored), or with under three seeds."""
+    mean alone); "" where they agree (or either shows as no effect at the shown precision), where a seed's effect is
+    only bounded (censored), or with under three seeds."""
     exact = np.isclose(lo.to_numpy(dtype=float), hi.to_numpy(dtype=float), rtol=1e-12, atol=0)
     if len(lo) < 3 or not exact.all() or not np.isfinite(lo.to_numpy(dtype=float)).all():
         return ""
     none = 1.0 if claim.kind == "ratio" else 0.0
-    mean, median = float(lo.mean()) - none, float(lo.median()) - none
-    if mean * median >= 0:
+    mean, median = float(lo.mean()), float(lo.median())
+    shown = {_show(claim, v) for v in (mean, median)}
+    if (mean - none) * (median - none) >= 0 or _show(claim, none) in shown:  # (apart where it shows)
         return ""
     each = ", ".join(f"{seed}: {_show(claim, float(v))}" for seed, v in lo.items())
     return f"per seed {each}; median {_show(claim, float(lo.median()))}, on the other side of no effect from the mean"
