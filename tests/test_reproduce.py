@@ -127,12 +127,12 @@ target_accuracy = 0.5
 labels = { "algorithm.lr" = "alpha" }
 
 [settings]
-run = { backend = "sim" }
-data = { dataset = "digits" }
-model = { name = "mlp" }
-stop = { max_time = 2 }
-cluster = { workers = 2 }
-eval = { interval = 0.5 }
+run.backend = "sim"
+data.dataset = "digits"
+model.name = "mlp"
+stop.max_time = 2
+cluster.workers = 2
+eval.interval = 0.5
 
 [[group]]
 sweep = { "algorithm.lr" = [0.05, 0.2] }
