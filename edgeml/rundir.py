@@ -797,14 +797,16 @@ def _accuracy_jitter(run: Run) -> float | None:
     return float(np.std(np.diff(acc))) if len(acc) >= 3 else None
 
 
-def _best_smoothed_accuracy(run: Run) -> float | None:
-    """The highest moving average of the test accuracy over the ``smoothed`` rule's window of evaluations
-    (``edgeml.analysis.convergence.SMOOTH_WINDOW``): the maximum a paper reads off smoothed accuracy curves
-    (AdaComp Sec. V-C: "the moving average accuracies for each run"), where ``best_accuracy`` is one evaluation's.
-    None with fewer evaluations than the window."""
-    import numpy as np
+SMOOTH_WINDOW = 5
+"""The evaluations a moving average of a run's test accuracy or loss spans (the ``smoothed`` arrival rule's
+default, ``edgeml.analysis.convergence``, and ``best_smoothed_accuracy``)."""
 
-    from edgeml.analysis.convergence import SMOOTH_WINDOW
+
+def _best_smoothed_accuracy(run: Run) -> float | None:
+    """The highest moving average of the test accuracy over ``SMOOTH_WINDOW`` evaluations: the maximum a paper
+    reads off smoothed accuracy curves (AdaComp Sec. V-C: "the moving average accuracies for each run"), where
+    ``best_accuracy`` is one evaluation's. None with fewer evaluations than the window."""
+    import numpy as np
 
     acc = run.evals["accuracy"].dropna().to_numpy()
     if len(acc) < SMOOTH_WINDOW:

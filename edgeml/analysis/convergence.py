@@ -34,11 +34,10 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from edgeml.rundir import Run
+from edgeml.rundir import SMOOTH_WINDOW, Run
 
 RULES = ("stays", "smoothed", "first", "stopping")
 RULE_NAMES = {"stays": "stays", "first": "first reach", "smoothed": "moving average", "stopping": "stopping rule"}
-SMOOTH_WINDOW = 5
 UNITS = {"time": "s", "steps": "steps", "bytes": "bytes", "ingress": "bytes", "iterations": "iterations",
          "cost": "byte-hops"}
 COLUMNS = {"time": "time_s", "steps": "total_steps", "bytes": "total_bytes", "ingress": "ps_ingress_bytes",
