@@ -15,8 +15,8 @@ import argparse
 import numpy as np
 
 from edgeml.algorithms.snap.weights import eigenvalues, peer_weights
-from edgeml.world import topology
-from edgeml.world.build import _seed
+from edgeml.config import build_config
+from edgeml.world.build import network
 
 
 def mixing_time(W: np.ndarray, e0: np.ndarray, share: float, limit: int = 5000) -> int | None:
@@ -42,7 +42,9 @@ def main() -> None:
     e0 -= e0.mean()
     print("seed  W          lambda_2  lambda_min  trace  above 0.9  bound step  W alone to 1/10, 1/100")
     for s in args.seeds:
-        graph = topology.build("random", list(range(n)), degree=args.degree, seed=_seed(s, "topology"))
+        cfg = build_config({"run": {"algorithm": "snap", "seed": s}, "cluster": {"workers": n},
+                            "network": {"topology": "random", "degree": args.degree}}, paths=False)
+        graph = network(cfg, {"worker": list(range(n))})  # the graph a run of this seed builds
         edges = tuple(sorted((min(u, v), max(u, v)) for u, v in graph.graph.edges))
         for kind in ("eq24", "problem23", "problem22"):
             W, _ = peer_weights(edges, n, kind, 1e-6)

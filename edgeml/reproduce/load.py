@@ -256,6 +256,8 @@ def _experiment_section(path: Path, raw: Any) -> tuple[ExperimentSection, list[T
 
 
 LABEL_WIDTH = 24
+ALGORITHM_SECTION = "algorithm"
+"""A sweep key's section that stands for the run's own algorithm's section ("algorithm.lr": ``asgd.lr``...)."""
 
 
 def _labels(where: str, labels: Any, what: str = "[experiment] labels") -> None:
@@ -268,7 +270,7 @@ def _labels(where: str, labels: Any, what: str = "[experiment] labels") -> None:
         raise UserError(f"{where}: [experiment] labels must be a table: labels = {{ \"cluster.hetero\" = \"H\" }}")
     sections = {s: {f.name for f in dataclasses.fields(getattr(Config(), s))} for s in COMMON_SECTIONS}
     sections.update({name: {f.name for f in dataclasses.fields(spec.config)} for name, spec in REGISTRY.items()})
-    sections["algorithm"] = set().union(*(sections[n] for n in REGISTRY))  # a sweep's "algorithm.lr" (plan.py)
+    sections[ALGORITHM_SECTION] = set().union(*(sections[n] for n in REGISTRY))  # a sweep's "algorithm.lr"
     for key, name in labels.items():
         section, _, field_name = key.partition(".")
         if field_name not in sections.get(section, ()):

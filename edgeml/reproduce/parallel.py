@@ -219,15 +219,12 @@ def run_parallel(items: list[tuple[int, PlannedRun, object]], jobs: int, run_one
                     if w.ended:  # a new worker takes its place when a run needs one
                         w.close()
                         workers.remove(w)
-    except Exception as exc:  # a Ctrl-C, or one that came back wrapped (a class made as a module imported)
+    except BaseException as exc:  # a Ctrl-C, or one that came back wrapped (a class made as a module imported)
         interrupt = interrupt_within(exc)
         if interrupt is None:
             raise
         _stop([w for w in workers if w.run is not None])
         raise interrupt from None
-    except KeyboardInterrupt:
-        _stop([w for w in workers if w.run is not None])
-        raise
     finally:
         for w in workers:  # idle ones exit as their pipe closes; an error in the driver: no run goes on without it
             w.close()

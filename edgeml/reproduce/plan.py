@@ -23,7 +23,7 @@ from typing import Any
 
 from edgeml.analysis.compare import baseline_labels
 from edgeml.errors import UserError
-from edgeml.reproduce.load import Experiment, RunSpec
+from edgeml.reproduce.load import ALGORITHM_SECTION, Experiment, RunSpec
 from edgeml.rundir import fmt_value
 
 
@@ -42,10 +42,6 @@ class PlannedRun:
     @property
     def dirname(self) -> str:
         return re.sub(r"[^\w.=+-]+", "_", self.name).strip("_") + f"-s{self.seed}"
-
-
-ALGORITHM_SECTION = "algorithm"
-"""A sweep key's section that stands for the run's own algorithm's section ("algorithm.lr": ``asgd.lr``...)."""
 
 
 def sweep_points(spec: RunSpec, quick: bool = False) -> list[tuple[str, dict]]:

@@ -74,9 +74,13 @@ class Choice:
     seeds: list[int] = field(default_factory=list)
     used: dict[str, list[Any]] = field(default_factory=dict)  # tuned entry -> the values its runs here use
     pending: int = 0  # planned tuning runs at this setting not finished: the choice is provisional
-    unstable: dict[Any, int] = field(default_factory=dict)  # candidate -> seeds its model diverged on: not chosen
-    diverged_on: dict[Any, list[int]] = field(default_factory=dict)  # candidate -> the seeds it diverged on
+    diverged_on: dict[Any, list[int]] = field(default_factory=dict)  # candidate -> the seeds its model diverged on
     beyond: list[Any] = field(default_factory=list)  # stable candidates above the edge (``edge = "above"``)
+
+    @property
+    def unstable(self) -> dict[Any, int]:
+        """Candidate -> how many tuning seeds its model diverged on (never chosen)."""
+        return {v: len(seeds) for v, seeds in self.diverged_on.items()}
 
     def differs(self) -> list[str]:
         """The tuned entries whose runs at this setting use another value than the chosen one (so far, while
@@ -120,16 +124,16 @@ def choices(spec: Any, done: list, planned: list, per_run: pd.DataFrame, target_
     out = []
     for setting, candidates in grouped.items():
         by = tunes.by
-        diverged_on = {v: sorted(r["_seed"] for r in rs if r["_diverged"]) for v, rs in candidates.items()}
-        unstable = {v: len(ss) for v, ss in diverged_on.items() if ss}
+        diverged_on = {v: ss for v, rs in candidates.items()
+                       if (ss := sorted(r["_seed"] for r in rs if r["_diverged"]))}
+        unstable = set(diverged_on)
         beyond = edge_beyond(list(candidates), unstable, tunes.edge)
         eligible = {v for v in candidates if v not in unstable and v not in beyond}
         if to_target(by) and all(any(r["censored"] for r in candidates[v]) for v in eligible):
             by = fallback
         scores = {v: (score(rs, by), len(rs), sum(bool(r["censored"]) for r in rs)) for v, rs in candidates.items()}
         chosen = best({v: s[0] for v, s in scores.items() if v in eligible}, by)
-        c = Choice(dict(setting), scores, by, chosen, sorted(seeds[setting]), unstable=unstable,
-                   diverged_on={v: ss for v, ss in diverged_on.items() if ss}, beyond=beyond)
+        c = Choice(dict(setting), scores, by, chosen, sorted(seeds[setting]), diverged_on=diverged_on, beyond=beyond)
         finished = {(p.name, p.seed) for p in mine}
         c.pending = sum(1 for p in planned if p.spec == spec.name and (p.name, p.seed) not in finished
                         and all(same(p.point.get(k), v) for k, v in setting))
@@ -142,7 +146,7 @@ def choices(spec: Any, done: list, planned: list, per_run: pd.DataFrame, target_
     return out
 
 
-def edge_beyond(candidates: list[Any], unstable: dict[Any, int], edge: str) -> list[Any]:
+def edge_beyond(candidates: list[Any], unstable: set[Any], edge: str) -> list[Any]:
     """The stable candidates that ``edge = "above"`` rules out: those above the smallest candidate that diverged
     on some tuning seed (numbers only; none with ``edge = "none"``)."""
     numbers = [v for v in unstable if isinstance(v, (int, float)) and not isinstance(v, bool)]
