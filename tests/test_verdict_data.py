@@ -164,8 +164,46 @@ def test_check_detects_a_changed_verdict_from_verdicts_csv_alone(tmp_path):
     rows[1]["verdict"] = "weaker"
     _rewrite(path, rows)
     changed = check.compare_verdicts(check.committed_verdicts(exp, quick=False), results)
-    assert changed == [(claims[1].text, "t", "weaker", "stronger")]
+    assert changed == [check.Change(claims[1].text, "t", "weaker", "stronger")]
     # a bound that moves with a procs run's timing is no change: only the kind counts
     rows[1]["verdict"], rows[0]["point"] = "stronger", "6.5"
     _rewrite(path, rows)
     assert check.compare_verdicts(check.committed_verdicts(exp, quick=False), results) == []
+
+
+def _run(label, seed, backend, oversubscribed=False):
+    return SimpleNamespace(label=label, spec=label, seed=seed, config={"run": {"backend": backend}},
+                           meta=lambda: {"oversubscribed": oversubscribed})
+
+
+def test_check_counts_a_procs_read_change_only_where_the_results_lie_apart(tmp_path):
+    """A claim read on procs runs (wall-clock times no two runs repeat) changes kind for ``--check`` only where
+    the committed and the new intervals lie apart, and not at all where the host set a procs run's step times;
+    a claim read on sim runs alone must keep its kind."""
+    claim = ratio_claim(2.0)
+    committed_result = read(claim, [1.7, 2.3, 2.0])  # holds, [1.7x, 2.3x]
+    committed = tmp_path / "results" / "toy"
+    committed.mkdir(parents=True)
+    _write(committed, [committed_result], [claim])
+    exp = SimpleNamespace(source=tmp_path / "experiments" / "toy.toml", paper="toy")
+    old = check.committed_verdicts(exp, quick=False)
+    near = read(claim, [1.5, 1.6, 1.75])  # weaker, [1.5x, 1.75x]: overlaps the committed interval
+    far = read(claim, [4.0, 4.2, 4.1])    # stronger, [4.0x, 4.2x]: lies apart from it
+    assert near.kind != committed_result.kind and far.kind != committed_result.kind
+    sim = [_run("new", s, "sim") for s in range(3)] + [_run("base", s, "sim") for s in range(3)]
+    procs = [_run("new", s, "sim") for s in range(3)] + [_run("base", s, "procs") for s in range(3)]
+    loaded = procs[:-1] + [_run("base", 2, "procs", oversubscribed=True)]
+    assert check.timed_claims([claim], sim) == {}
+    assert check.timed_claims([claim], procs) == {claim.text: check.PROCS}
+    assert check.timed_claims([claim], loaded) == {claim.text: "host-bound"}
+
+    def counted(result, runs):
+        return [c for c in check.compare_verdicts(old, [result], check.timed_claims([claim], runs)) if not c.why]
+
+    assert counted(near, sim) and counted(far, sim)      # sim alone: every change of kind counts
+    assert not counted(near, procs) and counted(far, procs)
+    (noted,) = check.compare_verdicts(old, [near], check.timed_claims([claim], procs))
+    assert "intervals overlap" in noted.why and noted.new == str(near.decision)
+    assert not counted(far, loaded)                       # the host set the times: reported, not counted
+    # a claim that appears or goes counts wherever it is read
+    assert counted(replace(near, claim="another claim"), procs)

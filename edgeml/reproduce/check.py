@@ -6,13 +6,22 @@ The committed verdicts are ``results/<paper>/verdicts.csv`` (``results/<paper>/q
 sweep point and target); verdicts are compared by kind (``holds``, ``weaker``, ``does not hold``...), without the
 bound that a run which never reached its target adds (``holds (>= 65%)``), whose number moves with a procs
 run's timing.
+
+A claim that reads a procs run (``timed_claims``) is read on wall-clock times, which no two runs repeat: its
+verdict's kind may change only with a result the committed one cannot hold, so a change counts there where the
+two 95% intervals (a lone number: its point) lie apart; where they overlap, or where the host's contention set
+a procs run's step times (``edgeml.analysis.compare.host_bound``: the run measured the host, not the
+algorithm), the change is reported and not counted. A claim on sim runs alone must keep its kind.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
+from edgeml.analysis.compare import HOST_BOUND, host_bound
+from edgeml.analysis.readings import claim_runs
 from edgeml.analysis.verdicts import Result, Verdict
 from edgeml.errors import UserError
 from edgeml.reproduce.load import beside_experiments
@@ -42,9 +51,50 @@ def committed_verdicts(exp, quick: bool) -> Committed:
     return Committed(path, [(r.claim, r.at, r.decision) for r in rows])
 
 
-def compare_verdicts(committed: Committed, results: list[Result]) -> list[tuple[str, str, str, str]]:
-    """(claim, at, committed verdict, new verdict) for every claim whose verdict's kind changed, appeared or
-    went."""
+PROCS = "procs"
+
+
+class Change(NamedTuple):
+    """A claim whose verdict's kind changed, appeared or went; ``why`` says why it is not counted ("": it is)."""
+
+    claim: str
+    at: str
+    old: str
+    new: str
+    why: str = ""
+
+
+def timed_claims(claims, runs) -> dict[str, str]:
+    """The claims that read a procs run (of their run or baseline), by text: ``HOST_BOUND`` where the host's
+    contention set one of those runs' step times, else ``PROCS``."""
+    timed = {}
+    for c in claims:
+        procs = [r for r in claim_runs(c, runs) if r.config.get("run", {}).get("backend") == PROCS]
+        if procs:
+            timed[c.text] = HOST_BOUND if any(host_bound(r) for r in procs) else PROCS
+    return timed
+
+
+def _interval(v: Verdict) -> tuple[float, float] | None:
+    if v.lo is not None and v.hi is not None:
+        return v.lo, v.hi
+    return (v.point, v.point) if v.point is not None else None
+
+
+def _uncounted(old: Verdict, new: Verdict, timing: str | None) -> str:
+    """Why a change of kind on a claim read on ``timing`` ("procs", "host-bound", None: sim) is not counted."""
+    if timing == HOST_BOUND:
+        return "a procs run it reads was host-bound (the host's contention set its step times)"
+    a, b = _interval(old), _interval(new)
+    if timing == PROCS and a and b and a[0] <= b[1] and b[0] <= a[1]:
+        return (f"read on procs runs' wall-clock times, and the intervals overlap ([{a[0]:.3g}, {a[1]:.3g}] "
+                f"committed, [{b[0]:.3g}, {b[1]:.3g}] now)")
+    return ""
+
+
+def compare_verdicts(committed: Committed, results: list[Result], timed: dict[str, str] | None = None) -> list[Change]:
+    """A ``Change`` for every claim whose verdict's kind changed, appeared or went; ``timed`` (``timed_claims``)
+    marks the claims read on procs runs, whose changes count only where the results lie apart."""
 
     def keyed(rows):
         seen: dict[tuple[str, str], int] = {}
@@ -59,6 +109,7 @@ def compare_verdicts(committed: Committed, results: list[Result]) -> list[tuple[
     changed = []
     for key in list(old) + [k for k in new if k not in old]:
         if key not in old or key not in new or old[key].kind != new[key].kind:
-            changed.append((key[0], key[1], str(old.get(key, "(not in the committed verdicts)")),
-                            str(new.get(key, "(not measured)"))))
+            why = _uncounted(old[key], new[key], (timed or {}).get(key[0])) if key in old and key in new else ""
+            changed.append(Change(key[0], key[1], str(old.get(key, "(not in the committed verdicts)")),
+                                  str(new.get(key, "(not measured)")), why))
     return changed
