@@ -100,10 +100,16 @@ class ProcsNode(Node):
             self.blocked_since = None
         elif self.blocked_since is None:
             self.blocked_since = self.now()
-        self.transport.cond.wait(max(0.0, min(seconds, STATS_INTERVAL_S, self._until_crash())))
+        self.transport.cond.wait(max(0.0, min(seconds, STATS_INTERVAL_S, self._until_crash(), self._until_snapshot())))
 
     def _until_crash(self) -> float:
         return max(1e-3, self.crash_time - self.now()) if self.crash_time is not None else 3600.0
+
+    def _until_snapshot(self) -> float:
+        """Until this node's next model snapshot is due: a node that waits wakes for it, so the monitor sees
+        the model of every evaluation interval as the virtual clock's evaluations do, and not only at the
+        node's next message (a model changed just after a snapshot would otherwise be seen a round late)."""
+        return max(1e-3, self.next_snapshot - self.now()) if self.exposed is not None else 3600.0
 
     def _pause(self, seconds: float, interrupt: tuple[int | None, str | None] | None = None) -> bool:
         """Sleep, waking for housekeeping and for a stop; with ``interrupt``, return True as soon as a matching
@@ -116,7 +122,7 @@ class ProcsNode(Node):
             if interrupt is None:
                 if left <= 0:
                     return False
-                self.stop.wait(min(left, STATS_INTERVAL_S, self._until_crash()))
+                self.stop.wait(min(left, STATS_INTERVAL_S, self._until_crash(), self._until_snapshot()))
                 continue
             now = self.now()
             with tr.cond:
@@ -125,7 +131,8 @@ class ProcsNode(Node):
                     return True
                 if left <= 0:
                     return False
-                waits = [left, STATS_INTERVAL_S, self._until_crash()] + ([soonest - now] if soonest else [])
+                waits = [left, STATS_INTERVAL_S, self._until_crash(), self._until_snapshot()]
+                waits += [soonest - now] if soonest else []
                 tr.cond.wait(max(0.0, min(waits)))
 
     # ---------------------------------------------------------------- runtime interface
