@@ -200,9 +200,10 @@ def test_the_model_is_evaluated_every_interval_while_its_node_waits_for_messages
     path = run(cfg)
     evals = pd.read_csv(path / "evals.csv")
     meta = json.loads((path / "meta.json").read_text())
-    assert (evals.time_s // 0.1).is_unique  # one evaluation per interval at most
+    during = evals.time_s.iloc[:-1]  # (the last row: the final model, at the run's end)
+    assert (during // 0.1).is_unique  # one evaluation per interval at most
     if not meta["oversubscribed"]:  # (a host that starves the nodes delays their wake-ups)
-        gaps = evals.time_s.diff().dropna()  # (a wake-up for a message or the stats, 0.25 s, left gaps of 0.2 s)
+        gaps = during.diff().dropna()  # (a wake-up for a message or the stats, 0.25 s, left gaps of 0.2 s)
         assert gaps.quantile(0.9) < 0.15, evals.time_s.to_list()
 
 
