@@ -856,10 +856,23 @@ def _bytes_per_message(run: Run) -> float | None:
     return float(nodes["bytes_sent"].sum()) / sent if sent else None
 
 
+SHARES = {"compute_share": "compute_s", "comm_share": "comm_s", "wait_share": "wait_s"}
+"""The share of the nodes' time (``nodes.csv``: all nodes' seconds over their ``alive_s``) each spent computing,
+communicating and waiting, by the ``DERIVED`` quantity's name."""
+
+
+def _share(run: Run, column: str) -> float | None:
+    """All nodes' ``column`` seconds over all nodes' time alive (``SHARES``); None without ``nodes.csv``."""
+    nodes = run.table("nodes.csv", (column, "alive_s"), required=False)
+    alive = None if nodes is None else float(nodes["alive_s"].sum())
+    return float(nodes[column].sum()) / alive if alive else None
+
+
 DERIVED = {"window_prediction_error": _window_prediction_error, "accuracy_jitter": _accuracy_jitter,
            "persistence_error": _persistence_error, "prediction_over_persistence": _prediction_over_persistence,
            "late_sent_fraction": _late_sent_fraction, "bytes_per_message": _bytes_per_message,
-           "best_smoothed_accuracy": _best_smoothed_accuracy}
+           "best_smoothed_accuracy": _best_smoothed_accuracy,
+           **{name: functools.partial(_share, column=column) for name, column in SHARES.items()}}
 """Quantities read from a run's series beyond ``decisions.csv`` (``Run.decided``), by name."""
 DERIVED_FAMILIES = {"sent_fraction_at_": _sent_fraction_at}
 """``DERIVED`` quantities with a whole number in their name (``sent_fraction_at_15``: at iteration 15), by prefix."""

@@ -119,6 +119,18 @@ def test_bytes_per_message_is_the_nodes_bytes_over_their_messages(tmp_path):
     assert a.decided("bytes_per_message") == DERIVED["bytes_per_message"](a) > 0
 
 
+def test_the_time_shares_are_the_nodes_seconds_over_their_time_alive(tmp_path):
+    from edgeml.rundir import DERIVED
+
+    a = _sim(tmp_path, "a")
+    nodes = pd.read_csv(a.path / "nodes.csv")
+    shares = {k: DERIVED[f"{k}_share"](a) for k in ("compute", "comm", "wait")}
+    for k, column in (("compute", "compute_s"), ("comm", "comm_s"), ("wait", "wait_s")):
+        assert shares[k] == pytest.approx(nodes[column].sum() / nodes.alive_s.sum()) and 0 <= shares[k] < 1
+        assert a.decided(f"{k}_share") == shares[k]
+    assert shares["compute"] > 0 and sum(shares.values()) == pytest.approx(1.0, abs=0.01)  # nothing else takes time
+
+
 @pytest.mark.parametrize("name", ["../escape", "a/b"])
 def test_twins_refuse_a_name_that_leaves_the_output_folder(tmp_path, name):
     from edgeml.errors import UserError
