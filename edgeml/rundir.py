@@ -856,6 +856,14 @@ def _bytes_per_message(run: Run) -> float | None:
     return float(nodes["bytes_sent"].sum()) / sent if sent else None
 
 
+def _mean_staleness(run: Run) -> float | None:
+    """The mean staleness of the updates a parameter server applied (``series/staleness.csv``: the models made
+    since the pushing worker last pulled), kept where a figure draws the ``staleness`` panel (``DRAWN_SERIES``);
+    None for a run without that series (no parameter server)."""
+    s = run.table(f"{SERIES}/staleness.csv", ("staleness",), required=False)
+    return None if s is None or s.empty else float(s["staleness"].astype(float).mean())
+
+
 SHARES = {"compute_share": "compute_s", "comm_share": "comm_s", "wait_share": "wait_s"}
 """The share of the nodes' time (``nodes.csv``: all nodes' seconds over their ``alive_s``) each spent computing,
 communicating and waiting, by the ``DERIVED`` quantity's name."""
@@ -871,15 +879,15 @@ def _share(run: Run, column: str) -> float | None:
 DERIVED = {"window_prediction_error": _window_prediction_error, "accuracy_jitter": _accuracy_jitter,
            "persistence_error": _persistence_error, "prediction_over_persistence": _prediction_over_persistence,
            "late_sent_fraction": _late_sent_fraction, "bytes_per_message": _bytes_per_message,
-           "best_smoothed_accuracy": _best_smoothed_accuracy,
+           "best_smoothed_accuracy": _best_smoothed_accuracy, "mean_staleness": _mean_staleness,
            **{name: functools.partial(_share, column=column) for name, column in SHARES.items()}}
 """Quantities read from a run's series beyond ``decisions.csv`` (``Run.decided``), by name."""
 DERIVED_FAMILIES = {"sent_fraction_at_": _sent_fraction_at}
 """``DERIVED`` quantities with a whole number in their name (``sent_fraction_at_15``: at iteration 15), by prefix."""
-DRAWN_SERIES = {"late_sent_fraction": "exchange", "sent_fraction_at_": "exchange"}
+DRAWN_SERIES = {"late_sent_fraction": "exchange", "sent_fraction_at_": "exchange", "mean_staleness": "staleness"}
 """The ``DERIVED`` quantities (and families, by prefix) whose series a reproduction keeps only where a figure draws
-it (SNAP's exchange: a row per server and iteration, too large to keep in every run): a claim on one must read runs
-drawn in such a figure (``edgeml.reproduce.validate``)."""
+it (SNAP's exchange: a row per server and iteration; the staleness: a row per update; too large to keep in every
+run): a claim on one must read runs drawn in such a figure (``edgeml.reproduce.validate``)."""
 
 
 def derived(name: str):

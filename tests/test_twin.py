@@ -131,6 +131,17 @@ def test_the_time_shares_are_the_nodes_seconds_over_their_time_alive(tmp_path):
     assert shares["compute"] > 0 and sum(shares.values()) == pytest.approx(1.0, abs=0.01)  # nothing else takes time
 
 
+def test_the_mean_staleness_is_the_servers_updates_mean_and_none_without_a_server(tmp_path):
+    from edgeml.rundir import DERIVED
+
+    a = _sim(tmp_path, "a")  # ASP: 2 workers at 1:2, so the fast one's pushes find models the slow one made
+    rows = pd.read_csv(a.path / "series/staleness.csv")
+    assert DERIVED["mean_staleness"](a) == pytest.approx(rows.staleness.mean()) and rows.staleness.max() >= 1
+    assert a.decided("mean_staleness") == DERIVED["mean_staleness"](a)
+    gossip = _sim(tmp_path, "g", "run.algorithm='edgegossip'")
+    assert DERIVED["mean_staleness"](gossip) is None
+
+
 @pytest.mark.parametrize("name", ["../escape", "a/b"])
 def test_twins_refuse_a_name_that_leaves_the_output_folder(tmp_path, name):
     from edgeml.errors import UserError
