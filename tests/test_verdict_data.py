@@ -203,7 +203,12 @@ def test_check_counts_a_procs_read_change_only_where_the_results_lie_apart(tmp_p
     assert counted(near, sim) and counted(far, sim)      # sim alone: every change of kind counts
     assert not counted(near, procs) and counted(far, procs)
     (noted,) = check.compare_verdicts(old, [near], check.timed_claims([claim], procs))
-    assert "intervals overlap" in noted.why and noted.new == str(near.decision)
+    assert "results overlap" in noted.why and noted.new == str(near.decision)
     assert not counted(far, loaded)                       # the host set the times: reported, not counted
     # a claim that appears or goes counts wherever it is read
     assert counted(replace(near, claim="another claim"), procs)
+    # a tight interval (seeds alike) still spans procs' run-to-run spread: 0.873x against 0.905x is no change there
+    tight = Verdict("does not hold", point=0.873, lo=0.872, hi=0.874, unit="x", n=2)
+    assert not check._uncounted(tight, Verdict("holds", point=0.905, lo=0.903, hi=0.907, unit="x", n=2), "")
+    assert check._uncounted(tight, Verdict("holds", point=0.905, lo=0.903, hi=0.907, unit="x", n=2), check.PROCS)
+    assert not check._uncounted(tight, Verdict("holds", point=1.0, lo=0.99, hi=1.01, unit="x", n=2), check.PROCS)

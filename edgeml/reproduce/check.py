@@ -9,9 +9,10 @@ run's timing.
 
 A claim that reads a procs run (``timed_claims``) is read on wall-clock times, which no two runs repeat: its
 verdict's kind may change only with a result the committed one cannot hold, so a change counts there where the
-two 95% intervals (a lone number: its point) lie apart; where they overlap, or where the host's contention set
-a procs run's step times (``edgeml.analysis.compare.host_bound``: the run measured the host, not the
-algorithm), the change is reported and not counted. A claim on sim runs alone must keep its kind.
+two 95% intervals (a lone number: its point), each widened to at least +-5% of its point (``PROCS_SPREAD``, how
+far procs runs read apart between runs and hosts of a kind), lie apart; where they overlap, or where the host's
+contention set a procs run's step times (``edgeml.analysis.compare.host_bound``: the run measured the host, not
+the algorithm), the change is reported and not counted. A claim on sim runs alone must keep its kind.
 """
 
 from __future__ import annotations
@@ -75,20 +76,32 @@ def timed_claims(claims, runs) -> dict[str, str]:
     return timed
 
 
-def _interval(v: Verdict) -> tuple[float, float] | None:
+PROCS_SPREAD = 0.05
+"""How far apart, relatively, two procs runs of one configuration may read a rate or a time on hosts of a kind (the
+twins' samples per second: 0.96x to 1.00x of the virtual clock's between runs): a procs-read result is taken to span
+at least its point +- this share."""
+
+
+def _interval(v: Verdict, spread: float = 0.0) -> tuple[float, float] | None:
     if v.lo is not None and v.hi is not None:
-        return v.lo, v.hi
-    return (v.point, v.point) if v.point is not None else None
+        lo, hi = v.lo, v.hi
+    elif v.point is not None:
+        lo = hi = v.point
+    else:
+        return None
+    if spread and v.point is not None:
+        lo, hi = min(lo, v.point - spread * abs(v.point)), max(hi, v.point + spread * abs(v.point))
+    return lo, hi
 
 
 def _uncounted(old: Verdict, new: Verdict, timing: str | None) -> str:
     """Why a change of kind on a claim read on ``timing`` ("procs", "host-bound", None: sim) is not counted."""
     if timing == HOST_BOUND:
         return "a procs run it reads was host-bound (the host's contention set its step times)"
-    a, b = _interval(old), _interval(new)
+    a, b = _interval(old, PROCS_SPREAD), _interval(new, PROCS_SPREAD)
     if timing == PROCS and a and b and a[0] <= b[1] and b[0] <= a[1]:
-        return (f"read on procs runs' wall-clock times, and the intervals overlap ([{a[0]:.3g}, {a[1]:.3g}] "
-                f"committed, [{b[0]:.3g}, {b[1]:.3g}] now)")
+        return (f"read on procs runs' wall-clock times, and the results overlap ([{a[0]:.3g}, {a[1]:.3g}] "
+                f"committed, [{b[0]:.3g}, {b[1]:.3g}] now, each at least +-{PROCS_SPREAD:.0%})")
     return ""
 
 
