@@ -344,11 +344,26 @@ FORMER_DEFAULTS: dict[str, object] = {
     "adacomm.reward_clock": "trial",
     "fixed_adacomm.reward_clock": "trial",
     "snap.stages": "continue",
+    # defaults changed while their settings existed (a run lacking one predates the setting and did the first default)
+    "adsp.check_period_s": 60.0,
+    "adsp.epoch_s": 1200.0,
+    "adsp.lr_decay_s": 600.0,
+    "adsp.loss_samples": 3,
+    "adsp.target_ratio": 0.5,
+    "adacomm.trial_s": 30.0,
+    "adacomm.adapt_period_s": 60.0,
+    "adacomm.lr_decay_s": 600.0,
+    "fixed_adacomm.trial_s": 30.0,
+    "fixed_adacomm.lr_decay_s": 600.0,
+    "esync.lr": 0.001,
+    "ssgd.lr": 0.001,
+    "standalone.lr": 0.001,
 }
 """What a run made before a setting existed did, for the settings added with a default that changed what edgeml
-does (``section.key``: value). A run directory whose config lacks such a key is read as having this value (it
-is no run of the new default: ``edgeml reproduce --resume`` runs it again); any other key it lacks counts as
-the new default, which does what edgeml did before."""
+does, or whose default changed later (``section.key``: value; ``tests/test_defaults.py`` asks for each new one).
+A run directory whose config lacks such a key is read as having this value (it is no run of the new default:
+``edgeml reproduce --resume`` runs it again); any other key it lacks counts as the new default, which does what
+edgeml did before."""
 
 
 COMMON_SECTIONS: dict[str, type] = {

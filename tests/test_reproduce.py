@@ -21,6 +21,7 @@ from edgeml.reproduce import reproduce
 from edgeml.reproduce.load import load_experiment
 from edgeml.reproduce.plan import plan, select
 from edgeml.rundir import load_runs
+from edgeml.schema import FORMER_DEFAULTS
 
 EXPERIMENT = """
 [experiment]
@@ -726,34 +727,36 @@ def test_check_reads_the_committed_verdicts_past_the_headline_mark():
     assert checked > 0  # some experiment has headline claims, so the mark was there to read past
 
 
-@pytest.mark.parametrize("algorithm", ["adsp", "fixed_adacomm"])
-def test_resume_runs_again_a_run_made_before_a_default_changed_what_edgeml_does(tmp_path, algorithm):
+@pytest.mark.parametrize("setting", sorted(FORMER_DEFAULTS))
+def test_resume_runs_again_a_run_made_before_a_default_changed_what_edgeml_does(tmp_path, setting):
     """A run whose config lacks a setting counts as the new default (kept by --resume), unless that default
     changed behaviour (``schema.FORMER_DEFAULTS``): an ADSP run from before ``reward_clock`` fitted the reward on
-    each trial's clock, so it is no run of the default "run" clock, and it is one of "trial"."""
+    each trial's clock, so it is no run of the default "run" clock, and it is one of "trial"; a SNAP run from
+    before ``disagreement`` took published values, so it is no run of Eq. (8)'s own values. Every such setting."""
     import tomli_w
 
     from edgeml import rundir
     from edgeml.config import build_config
     from edgeml.reproduce.execute import finished
 
+    algorithm, key = setting.split(".")
     new = build_config({"run": {"algorithm": algorithm}}, paths=False)
+    assert new.to_dict()[algorithm][key] != FORMER_DEFAULTS[setting]  # the default did change
     path = tmp_path / "old-run"
     path.mkdir()
     old = rundir.toml_safe(new.to_dict())
-    del old[algorithm]["reward_clock"]  # written before the setting existed
+    default = old[algorithm].pop(key)  # written before the setting existed
     (path / rundir.CONFIG).write_text(tomli_w.dumps(old))
     (path / rundir.SUMMARY).write_text(json.dumps({"status": "completed"}))
     (path / rundir.EXPERIMENT).write_text(json.dumps({"run": algorithm, "quick": False}))
     assert not finished(path, new, quick=False)
-    trial = build_config({"run": {"algorithm": algorithm}, algorithm: {"reward_clock": "trial"}}, paths=False)
-    assert finished(path, trial, quick=False)
+    former = build_config({"run": {"algorithm": algorithm}, algorithm: {key: FORMER_DEFAULTS[setting]}}, paths=False)
+    assert finished(path, former, quick=False)
     # a setting added without changing behaviour still counts as its default
     del old["cluster"]["crash_prob"]
-    old[algorithm]["reward_clock"] = "run"
+    old[algorithm][key] = default
     (path / rundir.CONFIG).write_text(tomli_w.dumps(old))
     assert finished(path, new, quick=False)
-
 
 
 def test_resume_keeps_a_run_made_with_other_threads(tmp_path):
