@@ -23,13 +23,14 @@ RECORD = Path(__file__).resolve().parent / "golden" / "defaults.json"
 
 
 def defaults() -> dict[str, object]:
-    """``section.key``: its default, over every registered algorithm's default config (``run.algorithm`` aside)."""
+    """``section.key``: its default, over every built-in algorithm's default config (``run.algorithm`` aside; not the
+    algorithms a plugin or a test registers)."""
     from edgeml import rundir
-    from edgeml.algorithms import REGISTRY
+    from edgeml.algorithms import BUILTIN
     from edgeml.config import build_config
 
     found: dict[str, object] = {}
-    for algorithm in sorted(REGISTRY):
+    for algorithm in sorted(BUILTIN):
         config = rundir.toml_safe(build_config({"run": {"algorithm": algorithm}}, paths=False).to_dict())
         for section, values in config.items():
             for key, value in (values.items() if isinstance(values, dict) else ()):
