@@ -731,8 +731,7 @@ def test_check_reads_the_committed_verdicts_past_the_headline_mark():
 def test_resume_runs_again_a_run_made_before_a_default_changed_what_edgeml_does(tmp_path, setting):
     """A run whose config lacks a setting counts as the new default (kept by --resume), unless that default
     changed behaviour (``schema.FORMER_DEFAULTS``): an ADSP run from before ``reward_clock`` fitted the reward on
-    each trial's clock, so it is no run of the default "run" clock, and it is one of "trial"; a SNAP run from
-    before ``disagreement`` took published values, so it is no run of Eq. (8)'s own values. Every such setting."""
+    each trial's clock, so it is no run of the default "run" clock, and it is one of "trial". Every such setting."""
     import tomli_w
 
     from edgeml import rundir
