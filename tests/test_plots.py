@@ -686,3 +686,23 @@ def test_the_exchange_figure_is_linear_from_zero_within_a_decade_and_leaves_out_
     wide = base.assign(sent=[50, 40, 1, 25], threshold=0.1, run="snap", method="SNAP")
     fig = plots.exchange(wide)
     assert len(fig.axes) == 2 and fig.axes[0].get_yscale() == "log"
+
+
+def test_a_panel_title_wider_than_its_panel_is_folded_to_fit_it_when_saved(tmp_path):
+    """The constrained layout makes room for a title's lines, not its width: a long panel title ran off the
+    figure (the values-sent figure's left panel). Saving folds every title to its panel's width, on more lines."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from edgeml.analysis.figures import save_png
+    from edgeml.analysis.plots.style import new_figure
+
+    fig, axes = new_figure(1, 2, 8.0, 3.0)
+    long = "fraction of the parameter values sent (iterations sending none: not drawn), and then some more words"
+    axes[0].set_title(long)
+    axes[1].set_title("short")
+    save_png(fig, tmp_path / "f.png")
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    for ax in axes:
+        assert ax.title.get_window_extent(renderer).width <= ax.get_window_extent(renderer).width
+    assert axes[0].title.get_text().count("\n") >= 1 and axes[0].title.get_text().split() == long.split()
+    assert axes[1].title.get_text() == "short"

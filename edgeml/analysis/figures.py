@@ -256,6 +256,7 @@ def save_png(fig: Any, path: Path) -> None:
     ``results/``, small; the PDF, ``--pdf``, is the figure for print)."""
     from PIL import Image
 
+    plots.style.fit_titles(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI)
     image = Image.open(buf).convert("RGB")

@@ -58,6 +58,19 @@ def panel_title(fig: Figure, text: str, context: str) -> None:
     fig.suptitle("\n".join(lines), fontsize=11)
 
 
+def fit_titles(fig: Figure) -> None:
+    """Fold each panel's title that is wider than its panel onto as many lines as it needs: the constrained layout
+    makes room above a panel for a title's lines, not beside it for its width, so a long one ran off the figure."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    for ax in fig.axes:
+        text = ax.title.get_text()
+        wide, room = ax.title.get_window_extent(renderer).width, ax.get_window_extent(renderer).width
+        if text and wide > room:
+            ax.title.set_text(textwrap.fill(" ".join(text.split()), max(12, int(len(text) * room / wide))))
+
+
 def wrap_label(text: str, width: int = 18) -> str:
     """A tick label on several lines: one per part of a setting, long parts folded at word boundaries."""
     return "\n".join(textwrap.fill(part, width, break_long_words=False) for part in text.split(", "))
