@@ -64,5 +64,6 @@ def test_every_former_default_is_a_value_its_setting_takes_and_no_longer_its_def
 if __name__ == "__main__":
     if sys.argv[1:] != ["--record"]:
         sys.exit("usage: python tests/test_defaults.py --record")
-    RECORD.write_text(json.dumps(defaults(), indent=1) + "\n")
-    print(f"recorded {len(defaults())} defaults in {RECORD}")
+    record = defaults()
+    RECORD.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"recorded {len(record)} defaults in {RECORD}")
