@@ -350,8 +350,10 @@ def test_ape_stages_restart_extra_together_changing_the_path_not_the_optimum(tmp
 @pytest.mark.slow
 def test_transient_link_failures_slow_the_consensus_but_keep_extras_optimum(tmp_path):
     """One-way misses that the sender learns of: the receiver keeps its old values, the sender sends the
-    changes again, the peers' average is untouched, so SNAP-0 settles where it settles without failures."""
-    common = [*CONVERGED, "snap0.lr=0.1", "snap0.weight_decay=0.3"]
+    changes again; with the disagreement taken between published values the peers' average is untouched, so
+    SNAP-0 settles where it settles without failures (with a peer's own values, Eq. 8, the receiver's stale copy
+    moves that point: ``test_misses_move_the_point_with_a_peers_own_values``)."""
+    common = [*CONVERGED, "snap0.lr=0.1", "snap0.weight_decay=0.3", "snap0.disagreement='published'"]
     clean = sim_run(tmp_path, "snap0", *common, name="clean")
     missed = ["network.failures='transient'", "network.failed_links=0.2"]
     lossy = sim_run(tmp_path, "snap0", *common, *missed, name="lossy")
@@ -501,6 +503,20 @@ def test_a_solved_weight_matrix_is_kept_on_disk_and_reused(tmp_path, monkeypatch
 
 
 @pytest.mark.slow
+def test_misses_move_the_point_with_a_peers_own_values(tmp_path):
+    """With Eq. (8)'s own values (the default) a transient miss leaves the receiver's copy stale for a round while
+    the sender's own term has moved on: the disagreement is not antisymmetric then, EXTRA's correction keeps the
+    gap, and SNAP-0 settles away from the point it reaches without failures (as with silent misses, below)."""
+    common = [*CONVERGED, "snap0.lr=0.1", "snap0.weight_decay=0.3"]
+    clean = sim_run(tmp_path, "snap0", *common, name="clean")
+    lossy = sim_run(tmp_path, "snap0", *common, "network.failures='transient'", "network.failed_links=0.2",
+                    name="lossy")
+    a, b = pd.read_csv(clean / "evals.csv"), pd.read_csv(lossy / "evals.csv")
+    settled = b.loss.iloc[-3:]
+    assert (settled.max() - settled.min()) < 1e-6 * settled.mean()  # settled...
+    assert abs(settled.iloc[-1] - a.loss.iloc[-1]) > 1e-4 * a.loss.iloc[-1]  # ...elsewhere
+
+
 def test_silent_misses_move_the_point_the_peers_agree_on(tmp_path):
     """Misses the sender is not told of (``failures = "silent"``): frames are sent, counted and lost as transient
     ones are, but the sender counts the values as held, so the two ends of a link disagree on what was sent and

@@ -12,13 +12,14 @@ as j last received them), and D = sum_j w_ij d_j (rows of W sum to 1):
     x^{k+2} = 2 x^{k+1} - x^k + D^{k+1} - D^k / 2 - alpha (g(x^{k+1}) - g(x^k))
 
 which is Eq. (8) exactly when every value is received (``peer_step``, tested against the matrix form ``extra``).
-Taking the disagreement between *published* values (what each side of a link holds of the other; the default
-``disagreement``) makes it antisymmetric over a link, so unsent changes never move the peers' average: only the
-consensus lags (the APE of Sec. IV-C); EXTRA's accumulated correction then keeps the values moving by about the
-send bound, so a share of them (about a third in the values-sent runs) crosses it every iteration, whatever the
-floor. ``disagreement = "own"`` takes the peer's current values instead (Eq. 8 with its neighbours' latest values):
-unsent changes may then move the point the peers agree on a little, and the exchange falls silent as they converge
-(Sec. V-A: "the amount of data sent by SNAP approaches 0"). A frame that arrives after the next tick, or is lost on
+By default (``disagreement = "own"``) a peer's own term is its current values, as Eq. (8) has them, its
+neighbours' their latest received: unsent changes may then move the point the peers agree on a little, and the
+exchange falls silent as they converge (Sec. V-A: "the amount of data sent by SNAP approaches 0").
+``disagreement = "published"`` takes the disagreement between *published* values (what each side of a link holds
+of the other) instead, which makes it antisymmetric over a link, so unsent changes never move the peers' average:
+only the consensus lags (the APE of Sec. IV-C); EXTRA's accumulated correction then keeps the values moving by
+about the send bound, so a share of them (about a third in the values-sent runs) crosses it every iteration,
+whatever the floor. With published values, a frame that arrives after the next tick, or is lost on
 a link that was up at the tick, breaks the symmetry of published values for the rounds it is missing (its sender
 already counts its values as held, and a lost frame is not sent again: later frames carry only later changes), and
 EXTRA's accumulated disagreement term keeps the shift, so the peers agree on a slightly moved point. This is the
@@ -42,8 +43,9 @@ back, the next frame carries every change since the last one that got through. W
 one way only: the receiver "ignores the parameter updates that have not been received" and keeps the values it
 last got (Sec. IV-D), and the sender, which learns of the miss (``Node.last_lost``), keeps counting the old
 values as held, so its next frame carries the changes again: both ends of the link still count the same values,
-the disagreement stays antisymmetric and the peers' average and EXTRA's fixed point are unchanged; only the
-consensus lags. With ``failures = "silent"`` (no acknowledgement) the sender is not told and counts the missed
+so with published values the disagreement stays antisymmetric and the peers' average and EXTRA's fixed point are
+unchanged, only the consensus lags (with a peer's own values the receiver's stale copy moves them, as
+any unsent change does). With ``failures = "silent"`` (no acknowledgement) the sender is not told and counts the missed
 values as held: the two ends of the link count different values until a later frame carries those parameters
 again, and the disagreement term keeps each such gap, so the peers' average and the point they agree on move.
 
@@ -163,9 +165,9 @@ class ExchangeConfig(PeerConfig):
     """G, the bound on every server's Hessian, |grad^2 f_i(x)| <= G (Sec. IV-C, Algorithm 1's input): the step
     of ``step = "alg1"``, and SNAP's APE growth 1 + alpha G at any step (Alg. 1 line 4). For a smooth f_i it is at
     least f_i's gradient Lipschitz constant (a binary linear model's: ``linear_hessian_bound``)."""
-    disagreement: Literal["published", "own"] = "published"
-    """A server's own x_i in EXTRA's disagreement w_ij (x_j - x_i): ``published``, as neighbour j holds it (unsent
-    changes never move the servers' average); ``own``, its current values (Eq. 8 with the neighbours' latest)."""
+    disagreement: Literal["own", "published"] = "own"
+    """A server's own x_i in EXTRA's disagreement w_ij (x_j - x_i): ``own``, its current values (Eq. 8 with the
+    neighbours' latest); ``published``, as neighbour j holds it (unsent changes never move the servers' average)."""
     round_s: float = ranged(0.0, ge=0, zero="derived from the run")
     """Length of a round of the common clock, in seconds. 0 (auto): twice the slowest peer's step plus its
     frames to every neighbour at full size on its links, plus 10 ms for a real transport."""
