@@ -344,6 +344,9 @@ FORMER_DEFAULTS: dict[str, object] = {
     "adacomm.reward_clock": "trial",
     "fixed_adacomm.reward_clock": "trial",
     "snap.stages": "continue",
+    "snap.disagreement": "published",
+    "snap0.disagreement": "published",
+    "sno.disagreement": "published",
     # defaults changed while their settings existed (a run lacking one predates the setting and did the first default)
     "adsp.check_period_s": 60.0,
     "adsp.epoch_s": 1200.0,
