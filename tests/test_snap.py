@@ -517,6 +517,7 @@ def test_misses_move_the_point_with_a_peers_own_values(tmp_path):
     assert abs(settled.iloc[-1] - a.loss.iloc[-1]) > 1e-4 * a.loss.iloc[-1]  # ...elsewhere
 
 
+@pytest.mark.slow
 def test_silent_misses_move_the_point_the_peers_agree_on(tmp_path):
     """Misses the sender is not told of (``failures = "silent"``): frames are sent, counted and lost as transient
     ones are, but the sender counts the values as held, so the two ends of a link disagree on what was sent and
