@@ -128,6 +128,25 @@ def test_a_group_gives_its_entries_defaults_that_an_entry_overrides(tmp_path):
     assert exp.claims[0].metric == "time_to_target" and exp.claims[0].baseline == "bsp"  # claims group too
 
 
+def test_a_group_of_several_algorithms_gives_each_its_own_section_and_no_other(tmp_path):
+    mixed = EXPERIMENT.replace('[[group]]\nconfig = { stop = { max_time = 20 }, network = { latency_s = 0.0 } }',
+                               '[[group]]\nconfig = { stop = { max_time = 20 }, bsp = { lr = 0.2 }, ssp = { lr = 0.3, '
+                               'staleness = 2 } }\nquick = { bsp.lr = 0.4, ssp.lr = 0.5 }', 1)
+    mixed = mixed.replace('name = "bsp-same"\nalgorithm = "bsp"', 'name = "ssp-grouped"\nalgorithm = "ssp"\n'
+                          'config.ssp.lr = 0.6')
+    exp = load_experiment(folder(tmp_path, experiment=mixed))
+    for quick, bsp_lr, ssp_lr in ((False, 0.2, 0.6), (True, 0.4, 0.5)):  # --quick: the quick layers last
+        cfgs = {p.name: p.cfg for p in plan(exp, quick=quick)}
+        assert cfgs["bsp"].algo.lr == bsp_lr and cfgs["bsp-net"].algo.lr == bsp_lr  # its own section, from the group
+        assert cfgs["ssp-grouped"].algo.lr == ssp_lr and cfgs["ssp-grouped"].algo.staleness == 2  # the entry wins
+        assert "ssp" not in plan(exp, quick=quick)[1].layers  # bsp's runs never see ssp's section
+    # a section of an algorithm no run of the group runs is a mistake, named; so is one in a run's own config
+    idle = mixed.replace("quick = { bsp.lr = 0.4, ssp.lr = 0.5 }", "quick = { bsp.lr = 0.4, asp.lr = 0.5 }")
+    assert "[asp]" in refused(folder(tmp_path, experiment=idle))
+    own = mixed.replace('config.ssp.lr = 0.6', 'config.bsp.lr = 0.6')
+    assert "bsp" in refused(folder(tmp_path, experiment=own))
+
+
 def test_claims_of_a_group_share_its_reading_of_the_quantity_and_an_entry_may_give_its_own(tmp_path):
     shared = EXPERIMENT.replace('baseline = "bsp"\n[[group.claims]]',
                                 'baseline = "bsp"\nreading = { quote = "the time to 0.5", section = "Toy Sec. 2" }\n'

@@ -91,7 +91,9 @@ experiment without notes or ledger. ``experiment.toml``::
 
     [[group]]                    # entries with defaults: any key of an entry but name, label, points and tunes;
     figure = "fig6"              # tables merge key by key (the entry winning), other values are the entry's
-    config = { stop = { max_time = 100000 } }   # where it gives one; its entries come after the [[runs]]
+    config = { stop = { max_time = 100000 }, ssp = { staleness = 3 } }  # where it gives one; its entries come
+                                 # after the [[runs]]; of a section per algorithm (as in [settings]) each run
+                                 # takes its own algorithm's, in config and quick, and no other's
     [[group.runs]]
     name = "fig6-bsp"
     algorithm = "bsp"

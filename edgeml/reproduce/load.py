@@ -432,10 +432,41 @@ def _entries(path: Path, doc: dict, kind: str) -> list[Any]:
         items = g[kind]
         if not isinstance(items, list) or not items or not all(isinstance(r, dict) for r in items):
             raise UserError(f"{path.name}: [[group]] {n}: write each entry as a [[group.{kind}]] table")
+        if kind == "runs":
+            _check_group_sections(f"{path.name}: [[group]] {n}", g, items)
         for r in items:
-            entries.append({**{k: v for k, v in g.items() if k != kind and k not in r},
-                            **{k: _merged(g[k], v) if k in g and isinstance(v, dict) else v for k, v in r.items()}})
+            shared = {k: _own_sections(v, r.get("algorithm", g.get("algorithm"))) if k in ("config", "quick") else v
+                      for k, v in g.items() if k != kind}
+            entries.append({**{k: v for k, v in shared.items() if k not in r},
+                            **{k: _merged(shared[k], v) if k in shared and isinstance(v, dict) else v
+                               for k, v in r.items()}})
     return entries
+
+
+def _own_sections(table: Any, algorithm: Any) -> Any:
+    """A group's ``config`` or ``quick`` as one run takes it: the sections of algorithms other than the run's
+    left out (a group of several algorithms' runs gives each algorithm's settings under its name, as
+    ``[settings]`` does)."""
+    from edgeml.reproduce.plan import _algorithm_section
+
+    if not isinstance(table, dict):
+        return table
+    mine = _algorithm_section(algorithm) if isinstance(algorithm, str) else None
+    return {k: v for k, v in table.items() if _algorithm_section(k) in (None, mine)}
+
+
+def _check_group_sections(where: str, group: dict, items: list[dict]) -> None:
+    """Each algorithm's section in a group's ``config`` or ``quick`` is one of its runs' algorithms."""
+    from edgeml.reproduce.plan import _algorithm_section
+
+    ran = {_algorithm_section(a) for r in items if isinstance(a := r.get("algorithm", group.get("algorithm")), str)}
+    for key in ("config", "quick"):
+        table = group.get(key)
+        idle = [s for s in table if _algorithm_section(s) and _algorithm_section(s) not in ran] \
+            if isinstance(table, dict) else []
+        if idle:
+            raise UserError(f"{where}: {key} names [{idle[0]}], an algorithm none of the group's runs runs: give "
+                            f"each algorithm's settings under its own name ({', '.join(sorted(filter(None, ran)))})")
 
 
 def _run_specs(path: Path, doc: dict) -> list[RunSpec]:
