@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from edgeml import cli
 from edgeml.analysis import plots
-from edgeml.analysis.figures import write_figures
+from edgeml.analysis.figures import figure_tables, write_figures
 from edgeml.analysis.plots.style import GRID_POINTS, label_spans
 from edgeml.rundir import load_runs
 from test_report import make_run
@@ -706,3 +706,19 @@ def test_a_panel_title_wider_than_its_panel_is_folded_to_fit_it_when_saved(tmp_p
         assert ax.title.get_window_extent(renderer).width <= ax.get_window_extent(renderer).width
     assert axes[0].title.get_text().count("\n") >= 1 and axes[0].title.get_text().split() == long.split()
     assert axes[1].title.get_text() == "short"
+
+
+def test_curves_name_the_model_their_evaluations_describe(tmp_path, no_drawing):
+    """Where nodes keep models of their own (SNAP's servers), the curves say whose model they are: the worst
+    node's where eval.models = worst, not "the global model" that a parameter server's runs describe."""
+    def caption(*runs) -> str:
+        files = write_figures(load_runs([str(p) for p in runs]), tmp_path / f"fig{len(runs)}")
+        return next(f for f in files if f.name == "convergence_time").caption
+
+    ps = make_run(tmp_path, "ps", "peer_ps")
+    worst = make_run(tmp_path, "snap", "snap", config={"eval": {"models": "worst"}})
+    assert "of the global model against" in caption(ps)
+    assert "of the worst node's model against" in caption(worst)
+    assert "of the global model or the worst node's model against" in caption(worst, ps)
+    fig = plots.convergence(figure_tables(load_runs([str(worst)]))["evals"], "time_s", model="the worst node's model")
+    assert "the worst node's model" in fig.texts[0].get_text()

@@ -41,6 +41,16 @@ def context(runs: list[Run]) -> str:
     return ", ".join(parts)
 
 
+MODELS = {"average": "the global model", "mean": "the nodes' mean", "worst": "the worst node's model"}
+"""What a curve describes, by ``eval.models``: where nodes keep models of their own, not always a global one."""
+
+
+def evaluated_model(runs: list[Run]) -> str:
+    """The model the runs' evaluations describe ("the worst node's model"; several joined by "or")."""
+    models = sorted({r.config.get("eval", {}).get("models", "average") for r in runs}, key=list(MODELS).index)
+    return " or ".join(MODELS[m] for m in models) or MODELS["average"]
+
+
 def measured_text(runs: list[Run]) -> str:
     """What an evaluation is: 'test loss on 1000 test samples every 20 s (virtual)'."""
     evals = [r.config.get("eval", {}) for r in runs]
@@ -300,7 +310,7 @@ def plan_figures(runs: list[Run], out: Path, cmp: Comparison | None = None, pane
     """The figures ``write_figures`` draws, with their data prepared, not yet drawn."""
     cmp = cmp or compare(runs)
     tables = figure_tables(runs, labels)
-    ctx, measured = context(runs), measured_text(runs)
+    ctx, measured, model = context(runs), measured_text(runs), evaluated_model(runs)
     target = cmp.target
     seeds = max(len({r.seed for r in runs if r.label == lab}) for lab in {r.label for r in runs})
     band = f"; mean over {seeds} seeds with a 95% bootstrap band" if seeds > 1 else ""
@@ -319,8 +329,8 @@ def plan_figures(runs: list[Run], out: Path, cmp: Comparison | None = None, pane
                     ("convergence_iterations", "iterations")):
         # ingress: only where a parameter server received; iterations: runs that count them
         if want(name) and (x != "ingress_mb" or has_ps) and (x != "iterations" or counted):
-            figures.append((name, lambda x=x: plots.convergence(evals[evals[x].notna()], x, ctx),
-                            f"{paper}test loss and accuracy of the global model against {plots.X_NAMES[x]}, "
+            figures.append((name, lambda x=x: plots.convergence(evals[evals[x].notna()], x, ctx, model),
+                            f"{paper}test loss and accuracy of {model} against {plots.X_NAMES[x]}, "
                             f"{measured}{band}"))
     if want("cost_per_iteration") and counted:
         figures.append(("cost_per_iteration", lambda: plots.cost_per_iteration(evals[evals["iterations"].notna()], ctx),

@@ -75,9 +75,10 @@ def _noted(context: str, tails: bool) -> str:
     return "; ".join(filter(None, (context, TAILS_NOTE if tails else "")))
 
 
-def convergence(evals: pd.DataFrame, x: str = "time_s", context: str = "") -> Figure:
-    """Test accuracy and loss against ``x`` (time_s, total_steps, total_mb or ingress_mb): a line per run, colour and
-    marker by method, line style by setting, a 95% band over seeds."""
+def convergence(evals: pd.DataFrame, x: str = "time_s", context: str = "", model: str = "the global model") -> Figure:
+    """Test accuracy and loss of ``model`` (what the evaluations describe: ``figures.evaluated_model``) against ``x``
+    (time_s, total_steps, total_mb or ingress_mb): a line per run, colour and marker by method, line style by
+    setting, a 95% band over seeds."""
     st = Styles.of(evals)
     fig, axes = new_figure(1, 2, 11, 4.6)
     drawn: list[tuple[str, str, list]] = []  # (method, setting, its curves): to name the ones that coincide
@@ -112,7 +113,7 @@ def convergence(evals: pd.DataFrame, x: str = "time_s", context: str = "") -> Fi
         # three decades above the typical loss: a blow-up leaves the panel (to 1e20, say) rather than take it over
         axes[1].set_ylim(top=min(axes[1].get_ylim()[1], 1000 * losses.median()))
     st.legend(fig)
-    panel_title(fig, f"Test accuracy and loss of the global model against {X_NAMES[x]}",
+    panel_title(fig, f"Test accuracy and loss of {model} against {X_NAMES[x]}",
                 _noted(context, tails))
     return fig
 
