@@ -443,26 +443,32 @@ def _entries(path: Path, doc: dict, kind: str) -> list[Any]:
     return entries
 
 
+def algorithm_section(name: str) -> str | None:
+    """The algorithm a config section (or run) names, by its registered name (an alias read as its algorithm);
+    None for a section that names none ([run], [data]...). ``[settings]`` may hold a section per algorithm of the
+    experiment: each applies to that algorithm's runs only."""
+    from edgeml.algorithms import ALIASES, REGISTRY
+
+    name = ALIASES.get(name, name)
+    return name if name in REGISTRY else None
+
+
 def _own_sections(table: Any, algorithm: Any) -> Any:
     """A group's ``config`` or ``quick`` as one run takes it: the sections of algorithms other than the run's
     left out (a group of several algorithms' runs gives each algorithm's settings under its name, as
     ``[settings]`` does)."""
-    from edgeml.reproduce.plan import _algorithm_section
-
     if not isinstance(table, dict):
         return table
-    mine = _algorithm_section(algorithm) if isinstance(algorithm, str) else None
-    return {k: v for k, v in table.items() if _algorithm_section(k) in (None, mine)}
+    mine = algorithm_section(algorithm) if isinstance(algorithm, str) else None
+    return {k: v for k, v in table.items() if algorithm_section(k) in (None, mine)}
 
 
 def _check_group_sections(where: str, group: dict, items: list[dict]) -> None:
     """Each algorithm's section in a group's ``config`` or ``quick`` is one of its runs' algorithms."""
-    from edgeml.reproduce.plan import _algorithm_section
-
-    ran = {_algorithm_section(a) for r in items if isinstance(a := r.get("algorithm", group.get("algorithm")), str)}
+    ran = {algorithm_section(a) for r in items if isinstance(a := r.get("algorithm", group.get("algorithm")), str)}
     for key in ("config", "quick"):
         table = group.get(key)
-        idle = [s for s in table if _algorithm_section(s) and _algorithm_section(s) not in ran] \
+        idle = [s for s in table if algorithm_section(s) and algorithm_section(s) not in ran] \
             if isinstance(table, dict) else []
         if idle:
             raise UserError(f"{where}: {key} names [{idle[0]}], an algorithm none of the group's runs runs: give "

@@ -23,7 +23,7 @@ from typing import Any
 
 from edgeml.analysis.compare import baseline_labels
 from edgeml.errors import UserError
-from edgeml.reproduce.load import ALGORITHM_SECTION, Experiment, RunSpec
+from edgeml.reproduce.load import ALGORITHM_SECTION, Experiment, RunSpec, algorithm_section
 from edgeml.rundir import fmt_value
 
 
@@ -50,7 +50,7 @@ def sweep_points(spec: RunSpec, quick: bool = False) -> list[tuple[str, dict]]:
     for key, values in sweep.items():
         if key.count(".") < 1 or not isinstance(values, list) or not values:
             raise UserError(f"sweep key {key!r} of run {spec.name!r}: write \"section.key\" = [values, ...]")
-    own = (_algorithm_section(spec.algorithm) or spec.algorithm) if spec.algorithm else ALGORITHM_SECTION
+    own = (algorithm_section(spec.algorithm) or spec.algorithm) if spec.algorithm else ALGORITHM_SECTION
     points = []
     for values in itertools.product(*sweep.values()):
         layer: dict[str, dict] = {}
@@ -72,8 +72,8 @@ def plan(exp: Experiment, quick: bool = False, seeds: list[int] | None = None,
     """Every (run, sweep point, seed) of the experiment with its merged config layers, validated up front."""
     planned = [p for spec in exp.runs for p in _plan_spec(exp, spec, quick, seeds, backend)]
     _check_names(exp, planned)
-    ran = {_algorithm_section(p.algorithm) for p in planned}
-    idle = [s for s in exp.settings if _algorithm_section(s) and _algorithm_section(s) not in ran]
+    ran = {algorithm_section(p.algorithm) for p in planned}
+    idle = [s for s in exp.settings if algorithm_section(s) and algorithm_section(s) not in ran]
     if idle:
         raise UserError(f"{exp.source.name}: [settings] {idle[0]} names an algorithm no run of the experiment runs: "
                         f"give each algorithm's defaults under its own name ({', '.join(sorted(ran))})")
@@ -86,23 +86,13 @@ def plan(exp: Experiment, quick: bool = False, seeds: list[int] | None = None,
     return planned
 
 
-def _algorithm_section(name: str) -> str | None:
-    """The algorithm a config section (or run) names, by its registered name (an alias read as its algorithm);
-    None for a section that names none ([run], [data]...). ``[settings]`` may hold a section per algorithm of the
-    experiment: each applies to that algorithm's runs only."""
-    from edgeml.algorithms import ALIASES, REGISTRY
-
-    name = ALIASES.get(name, name)
-    return name if name in REGISTRY else None
-
-
 def _plan_spec(exp: Experiment, spec: RunSpec, quick: bool, seeds: list[int] | None,
                backend: str | None) -> list[PlannedRun]:
     from edgeml.config import build_config, merge
 
     own = [spec.config] + ([spec.quick] if quick else [])
-    mine = _algorithm_section(spec.algorithm)
-    settings = {s: v for s, v in exp.settings.items() if _algorithm_section(s) in (None, mine)}
+    mine = algorithm_section(spec.algorithm)
+    settings = {s: v for s, v in exp.settings.items() if algorithm_section(s) in (None, mine)}
     layers = [settings, own[0]] + ([exp.quick, own[1]] if quick else [])
     run_seeds = seeds or spec.seeds or exp.seeds
     if quick and spec.quick_seeds and not seeds:  # the run's own quick seeds
